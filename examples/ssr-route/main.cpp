@@ -1,0 +1,272 @@
+// ssr-route: routes a logits matrix (.npy, float32 or float64) with any of the library's routers and
+// writes the experts, weights and, when asked, gradients, noise and plan as .npy files, with a JSON
+// summary on stdout. Bad input: exit status 2, one line on stderr, and nothing written.
+#include <ssr/load_stats.hpp>
+#include <ssr/router.hpp>
+
+#include <xtensor/xadapt.hpp>
+#include <xtensor/xarray.hpp>
+#include <xtensor/xnpy.hpp>
+#include <xtensor/xtensor.hpp>
+
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* usage =
+    "usage: ssr-route --logits L.npy --out DIR [--policy softmax|sinkhorn|selective] [--cost linear|softmax]\n"
+    "                 [--k K] [--xi X] [--tol T] [--max-iters N] [--weights plan|scores] [--p P]\n"
+    "                 [--noise-alpha A] [--noise-sigma S] [--seed N] [--step N] [--layer N] [--mode train|eval]\n"
+    "                 [--threads N] [--grad-weights G.npy] [--dump-noise] [--dump-plan]\n";
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Options {
+  std::string logits, out, grad_weights;
+  std::string policy = "selective";
+  ssr::Cost cost = ssr::Cost::linear;
+  int k = 2;
+  ssr::SinkhornParams sinkhorn{};
+  ssr::Weights weights = ssr::Weights::plan;
+  double p = 1e-3, alpha = 0, sigma = 1;
+  ssr::Context ctx = ssr::Context::train(0);
+  int threads = 0;
+  bool dump_noise = false, dump_plan = false;
+};
+
+double to_double(const std::string& opt, const std::string& v) {
+  char* end = nullptr;
+  errno = 0;
+  const double d = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || errno == ERANGE) throw UsageError(opt + " expects a number, got '" + v + "'");
+  return d;
+}
+
+unsigned long long to_unsigned(const std::string& opt, const std::string& v, unsigned long long max) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long u = std::strtoull(v.c_str(), &end, 10);
+  if (v.empty() || v[0] == '-' || *end != '\0' || errno == ERANGE || u > max)
+    throw UsageError(opt + " expects an integer in [0, " + std::to_string(max) + "], got '" + v + "'");
+  return u;
+}
+
+int to_int(const std::string& opt, const std::string& v) {
+  char* end = nullptr;
+  errno = 0;
+  const long l = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno == ERANGE || l < -2147483647L || l > 2147483647L)
+    throw UsageError(opt + " expects an integer, got '" + v + "'");
+  return static_cast<int>(l);
+}
+
+template <class E>
+E choose(const std::string& opt, const std::string& v, const std::map<std::string, E>& choices) {
+  const auto it = choices.find(v);
+  if (it != choices.end()) return it->second;
+  std::string names;
+  for (const auto& c : choices) names += (names.empty() ? "" : "|") + c.first;
+  throw UsageError(opt + " expects " + names + ", got '" + v + "'");
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  const std::map<std::string, std::function<void(const std::string&)>> valued = {
+      {"--logits", [&](const std::string& v) { o.logits = v; }},
+      {"--out", [&](const std::string& v) { o.out = v; }},
+      {"--policy", [&](const std::string& v) { o.policy = choose<std::string>("--policy", v, {{"softmax", "softmax"}, {"sinkhorn", "sinkhorn"}, {"selective", "selective"}}); }},
+      {"--cost", [&](const std::string& v) { o.cost = choose<ssr::Cost>("--cost", v, {{"linear", ssr::Cost::linear}, {"softmax", ssr::Cost::softmax}}); }},
+      {"--k", [&](const std::string& v) { o.k = to_int("--k", v); }},
+      {"--xi", [&](const std::string& v) { o.sinkhorn.xi = to_double("--xi", v); }},
+      {"--tol", [&](const std::string& v) { o.sinkhorn.tol = to_double("--tol", v); }},
+      {"--max-iters", [&](const std::string& v) { o.sinkhorn.max_iters = to_int("--max-iters", v); }},
+      {"--weights", [&](const std::string& v) { o.weights = choose<ssr::Weights>("--weights", v, {{"plan", ssr::Weights::plan}, {"scores", ssr::Weights::scores}}); }},
+      {"--p", [&](const std::string& v) { o.p = to_double("--p", v); }},
+      {"--noise-alpha", [&](const std::string& v) { o.alpha = to_double("--noise-alpha", v); }},
+      {"--noise-sigma", [&](const std::string& v) { o.sigma = to_double("--noise-sigma", v); }},
+      {"--seed", [&](const std::string& v) { o.ctx.seed = static_cast<std::uint32_t>(to_unsigned("--seed", v, 0xffffffffull)); }},
+      {"--step", [&](const std::string& v) { o.ctx.step = to_unsigned("--step", v, ~0ull); }},
+      {"--layer", [&](const std::string& v) { o.ctx.layer = static_cast<std::uint32_t>(to_unsigned("--layer", v, 0xffffffffull)); }},
+      {"--mode", [&](const std::string& v) { o.ctx.mode = choose<ssr::Mode>("--mode", v, {{"train", ssr::Mode::train}, {"eval", ssr::Mode::eval}}); }},
+      {"--threads", [&](const std::string& v) { o.threads = to_int("--threads", v); }},
+      {"--grad-weights", [&](const std::string& v) { o.grad_weights = v; }},
+  };
+  for (int a = 1; a < argc; ++a) {
+    const std::string arg = argv[a];
+    if (arg == "--dump-noise") {
+      o.dump_noise = true;
+    } else if (arg == "--dump-plan") {
+      o.dump_plan = true;
+    } else if (arg == "--help" || arg == "-h") {
+      std::fputs(usage, stdout);
+      std::exit(0);
+    } else if (const auto it = valued.find(arg); it != valued.end()) {
+      if (a + 1 >= argc) throw UsageError(arg + " needs a value");
+      it->second(argv[++a]);
+    } else {
+      throw UsageError("unknown option '" + arg + "'");
+    }
+  }
+  if (o.logits.empty()) throw UsageError("--logits is required");
+  if (o.out.empty()) throw UsageError("--out is required");
+  return o;
+}
+
+// The dtype ('<f4', '<f8', ...) in a .npy header.
+std::string npy_dtype(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError("cannot open '" + path + "'");
+  char magic[8] = {};
+  in.read(magic, 8);
+  if (!in || std::string(magic, 6) != "\x93NUMPY") throw UsageError("'" + path + "' is not a .npy file");
+  std::size_t len = 0;
+  unsigned char b[4] = {};
+  const int width = magic[6] == 1 ? 2 : 4;
+  in.read(reinterpret_cast<char*>(b), width);
+  for (int i = width - 1; i >= 0; --i) len = len * 256 + b[i];
+  std::string header(len, '\0');
+  in.read(&header[0], static_cast<std::streamsize>(len));
+  const auto key = header.find("'descr'");
+  const auto q1 = header.find('\'', header.find(':', key) + 1), q2 = header.find('\'', q1 + 1);
+  if (!in || key == std::string::npos || q1 == std::string::npos || q2 == std::string::npos)
+    throw UsageError("'" + path + "' has an unreadable .npy header");
+  return header.substr(q1 + 1, q2 - q1 - 1);
+}
+
+// A 2-d .npy file as a row-major T matrix, whatever its floating-point dtype.
+template <class T>
+xt::xtensor<T, 2> load_matrix(const std::string& path, const char* what) {
+  const std::string dtype = npy_dtype(path);
+  xt::xarray<T> a;
+  if (dtype == "<f4" || dtype == "|f4") {
+    a = xt::load_npy<float>(path);
+  } else if (dtype == "<f8" || dtype == "|f8") {
+    a = xt::load_npy<double>(path);
+  } else {
+    throw UsageError(std::string(what) + " '" + path + "' has dtype " + dtype + "; expected float32 or float64");
+  }
+  if (a.dimension() != 2)
+    throw UsageError(std::string(what) + " '" + path + "' has " + std::to_string(a.dimension()) + " dimensions; expected 2");
+  return a;
+}
+
+std::string json_number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+// Files are written under temporary names and renamed once all are complete.
+class Output {
+ public:
+  explicit Output(fs::path dir) : dir_(std::move(dir)) {}
+  ~Output() {
+    for (const auto& f : pending_) fs::remove(f.first);
+  }
+  template <class E>
+  void add(const std::string& name, const E& array) {
+    fs::create_directories(dir_);
+    const fs::path tmp = dir_ / ("." + name + ".tmp" + std::to_string(::getpid()));
+    xt::dump_npy(tmp.string(), array);
+    pending_.push_back({tmp, dir_ / name});
+  }
+  void commit() {
+    for (const auto& f : pending_) fs::rename(f.first, f.second);
+    pending_.clear();
+  }
+
+ private:
+  fs::path dir_;
+  std::vector<std::pair<fs::path, fs::path>> pending_;
+};
+
+template <class T>
+int run(const Options& o) {
+  const xt::xtensor<T, 2> logits = load_matrix<T>(o.logits, "--logits");
+  const auto m = static_cast<ssr::index_t>(logits.shape()[0]), n = static_cast<ssr::index_t>(logits.shape()[1]);
+  const double p = o.policy == "softmax" ? 0.0 : o.policy == "sinkhorn" ? 1.0 : o.p;
+  if (o.policy != "selective") ssr::detail::require(o.p >= 0 && o.p <= 1, "p", o.p, "must be in [0, 1]");
+  ssr::SSRPolicy policy(
+      ssr::NoisyCost<ssr::SinkhornTopK>(ssr::SinkhornTopK(o.k, o.cost, o.sinkhorn, o.weights), o.alpha, o.sigma),
+      ssr::NoisyCost<ssr::SoftmaxTopK>(ssr::SoftmaxTopK(o.k, o.cost), o.alpha, o.sigma), p);
+  ssr::Router<ssr::SSRPolicy, ssr::CpuBackend<T>> router(policy, ssr::CpuBackend<T>(o.threads));
+  const auto k = static_cast<ssr::index_t>(o.k);
+  ssr::detail::require(k <= n, "k", k, "must be at most the number of experts n = " + std::to_string(n));
+
+  const auto dims = [](ssr::index_t r, ssr::index_t c) {
+    return std::array<std::size_t, 2>{static_cast<std::size_t>(r), static_cast<std::size_t>(c)};
+  };
+  xt::xtensor<T, 2> grad_w;
+  if (!o.grad_weights.empty()) {
+    grad_w = load_matrix<T>(o.grad_weights, "--grad-weights");
+    if (grad_w.shape()[0] != static_cast<std::size_t>(m) || grad_w.shape()[1] != static_cast<std::size_t>(k))
+      throw UsageError("--grad-weights has shape " + std::to_string(grad_w.shape()[0]) + "x" +
+                       std::to_string(grad_w.shape()[1]) + ", expected " + std::to_string(m) + "x" + std::to_string(k));
+  }
+  xt::xtensor<std::int32_t, 2> experts(dims(m, k));
+  xt::xtensor<T, 2> weights(dims(m, k)), noise(dims(o.dump_noise ? m : 0, n)), plan(dims(o.dump_plan ? m : 0, n));
+  std::vector<std::int32_t> load(static_cast<std::size_t>(n));
+  ssr::RouteOutputs<T> out{{experts.data(), m, k}, {weights.data(), m, k}, {load.data(), n}};
+  if (o.dump_noise) out.noise = {noise.data(), m, n};
+  if (o.dump_plan) out.plan = {plan.data(), m, n};
+  const ssr::RouteInfo info = router.route({logits.data(), m, n}, o.ctx, out);
+  xt::xtensor<T, 2> grad_s;
+  if (!o.grad_weights.empty()) {
+    grad_s = xt::xtensor<T, 2>(dims(m, n));
+    router.backward(info, {experts.data(), m, k}, {weights.data(), m, k}, {grad_w.data(), m, k}, {grad_s.data(), m, n});
+  }
+
+  Output files(o.out);
+  files.add("experts.npy", experts);
+  files.add("weights.npy", weights);
+  if (!o.grad_weights.empty()) files.add("grad_logits.npy", grad_s);
+  if (o.dump_noise) files.add("noise.npy", noise);
+  if (o.dump_plan && info.path == ssr::Path::sinkhorn) files.add("plan.npy", plan);
+  files.commit();
+
+  const ssr::LoadStats st = ssr::load_stats({load.data(), n});
+  std::string json = "{\"path\": \"" + std::string(ssr::to_string(info.path)) + "\", \"iterations\": " +
+                     std::to_string(info.iterations) + ", \"marginal_error\": " +
+                     (info.path == ssr::Path::sinkhorn ? json_number(info.marginal_error) : std::string("null")) +
+                     ", \"converged\": " + (info.converged ? "true" : "false") + ", \"load\": [";
+  for (ssr::index_t j = 0; j < n; ++j) json += (j ? ", " : "") + std::to_string(load[static_cast<std::size_t>(j)]);
+  json += "], \"max_over_mean\": " + json_number(st.max_over_mean) + ", \"cv\": " + json_number(st.cv) +
+          ", \"empty_experts\": " + std::to_string(st.empty_experts) + "}";
+  std::printf("%s\n", json.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Options o = parse(argc, argv);
+    const std::string dtype = npy_dtype(o.logits);
+    if (dtype == "<f8" || dtype == "|f8") return run<double>(o);
+    if (dtype == "<f4" || dtype == "|f4") return run<float>(o);
+    throw UsageError("--logits '" + o.logits + "' has dtype " + dtype + "; expected float32 or float64");
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "ssr-route: %s\n", e.what());
+  } catch (const ssr::Error& e) {
+    std::fprintf(stderr, "ssr-route: %s\n", e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ssr-route: %s\n", e.what());
+  }
+  return 2;
+}

@@ -1,0 +1,65 @@
+// What one routing call computes, once a policy has resolved its choices for a context.
+// Policies produce a RouteSpec; backends execute it. Neither knows how the other works.
+#pragma once
+
+#include <cstdint>
+
+#include "ssr/view.hpp"
+
+namespace ssr {
+
+// Cost transform c(S): linear C = S (SSR-L) or row softmax C_i = softmax(S_i) (SSR-S).
+enum class Cost { linear, softmax };
+
+// Which top-k ran: plain softmax top-k or Sinkhorn top-k.
+enum class Path { softmax, sinkhorn };
+
+// Where the Sinkhorn path takes its weights from: the transport plan (SSR) or softmax of the scores (S-BASE).
+enum class Weights { plan, scores };
+
+inline const char* to_string(Cost c) { return c == Cost::linear ? "linear" : "softmax"; }
+inline const char* to_string(Path p) { return p == Path::softmax ? "softmax" : "sinkhorn"; }
+inline const char* to_string(Weights w) { return w == Weights::plan ? "plan" : "scores"; }
+
+struct SinkhornParams {
+  double xi = 0.5;      // entropic regularisation
+  double tol = 1e-4;    // stop when the normalised L1 column error is below this
+  int max_iters = 100;  // or after this many iterations
+};
+
+struct RouteSpec {
+  Path path = Path::softmax;
+  int k = 2;
+  Cost cost = Cost::linear;
+  double noise_alpha = 0;  // 0: no noise; else C~ = c(S) + alpha * eps, eps ~ N(0, sigma^2)
+  double noise_sigma = 1;
+  SinkhornParams sinkhorn;
+  Weights weights = Weights::scores;  // the softmax path always uses scores
+  // Random stream coordinates, copied from the context.
+  std::uint32_t seed = 0;
+  std::uint32_t layer = 0;
+  std::uint64_t step = 0;
+
+  bool noisy() const { return noise_alpha > 0; }
+};
+
+// What a routing call reports besides its outputs.
+struct RouteInfo {
+  Path path = Path::softmax;
+  Weights weights = Weights::scores;  // plan weights pass no gradient to the logits
+  int iterations = 0;                 // Sinkhorn iterations (0 on the softmax path)
+  double marginal_error = 0;          // final normalised L1 column error (0 on the softmax path)
+  bool converged = true;              // marginal_error < tol within max_iters
+};
+
+// Caller-owned outputs of a routing call over m tokens, n experts, top-k.
+template <class T>
+struct RouteOutputs {
+  MatrixView<std::int32_t> experts;  // m x k, per token by descending score; required
+  MatrixView<T> weights;             // m x k, each row sums to 1; required
+  VectorView<std::int32_t> load = {};  // n: tokens sent to each expert; optional
+  MatrixView<T> plan = {};           // m x n transport plan, written when the Sinkhorn path runs; optional
+  MatrixView<T> noise = {};          // m x n, the alpha * eps that was added (zeros if none); optional
+};
+
+}  // namespace ssr

@@ -1,0 +1,3 @@
+#include <ssr/router.hpp>
+struct NotAPolicy {};
+int main() { ssr::Router<NotAPolicy> router; }

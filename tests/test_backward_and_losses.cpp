@@ -1,0 +1,105 @@
+// Gradients against central finite differences: routing weights, load-balancing loss, z-loss.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "support.hpp"
+
+using ssr::Context;
+using ssr::index_t;
+
+namespace {
+
+// L(S) = sum_ir G_ir w_ir(S) for a fixed G; returns the analytic dL/dS from backward and checks it
+// against finite differences at every element.
+template <class Policy>
+void check_weights_gradient(const Policy& policy, const Context& ctx) {
+  const index_t m = 40, n = 8, k = 2;
+  auto s = test::random_logits<double>(m, n, 1.0, 31, 2.0);
+  const auto g = test::random_logits<double>(m, k, 1.0, 32);
+  ssr::Router<Policy, ssr::CpuBackend<double>> router(policy);
+  test::Routed<double> r(m, n, k);
+  const auto info = router.route({s.data(), m, n}, ctx, r.outputs());
+  std::vector<double> grad(m * n);
+  router.backward(info, {r.experts.data(), m, k}, {r.weights.data(), m, k}, {g.data(), m, k}, {grad.data(), m, n});
+  auto loss = [&]() {
+    test::Routed<double> q(m, n, k);
+    router.route({s.data(), m, n}, ctx, q.outputs());
+    REQUIRE(q.experts == r.experts);  // the step is small enough not to change the selection
+    double l = 0;
+    for (index_t e = 0; e < m * k; ++e) l += g[e] * q.weights[e];
+    return l;
+  };
+  const double h = 1e-6;
+  for (index_t e = 0; e < m * n; ++e) {
+    const double keep = s[e];
+    s[e] = keep + h;
+    const double up = loss();
+    s[e] = keep - h;
+    const double down = loss();
+    s[e] = keep;
+    REQUIRE(grad[e] == Approx((up - down) / (2 * h)).margin(1e-7));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("softmax top-k backward matches finite differences", "[backward]") {
+  check_weights_gradient(ssr::SoftmaxTopK(2), Context::train(0));
+}
+
+TEST_CASE("noisy softmax top-k backward matches finite differences (noise is a constant)", "[backward]") {
+  check_weights_gradient(ssr::NoisyCost<ssr::SoftmaxTopK>(ssr::SoftmaxTopK(2), 0.5, 1.0), Context::train(4));
+}
+
+TEST_CASE("Sinkhorn with score weights passes the softmax gradient", "[backward]") {
+  check_weights_gradient(ssr::SinkhornTopK(2, ssr::Cost::linear, {0.5, 1e-10, 1000}, ssr::Weights::scores),
+                         Context::train(0));
+}
+
+TEST_CASE("Sinkhorn with plan weights passes no gradient (stop-gradient)", "[backward]") {
+  const index_t m = 20, n = 8, k = 2;
+  const auto s = test::random_logits<float>(m, n, 1.0, 1);
+  const auto g = test::random_logits<float>(m, k, 1.0, 2);
+  ssr::Router<ssr::SinkhornTopK> router(ssr::SinkhornTopK(2));
+  test::Routed<float> r(m, n, k);
+  const auto info = router.route({s.data(), m, n}, Context::train(0), r.outputs());
+  std::vector<float> grad(m * n, 5.0f);
+  router.backward(info, {r.experts.data(), m, k}, {r.weights.data(), m, k}, {g.data(), m, k}, {grad.data(), m, n});
+  CHECK(grad == std::vector<float>(m * n, 0.0f));
+}
+
+TEST_CASE("load-balancing loss and z-loss gradients match finite differences", "[losses]") {
+  const index_t m = 30, n = 6, k = 2;
+  auto s = test::random_logits<double>(m, n, 1.5, 41, 2.0);
+  const auto r = test::route(ssr::SoftmaxTopK(k), s, m, n, Context::train(0));
+  const ssr::ConstMatrixView<std::int32_t> experts(r.experts.data(), m, k);
+  std::vector<double> lb_grad(m * n), z_grad(m * n);
+  const double lb = ssr::load_balancing_loss<double>({s.data(), m, n}, experts, {lb_grad.data(), m, n});
+  const double z = ssr::z_loss<double>({s.data(), m, n}, {z_grad.data(), m, n});
+  CHECK(lb >= 1.0 - 1e-12);  // n * sum f_j P_j is 1 for a perfectly balanced router, more when skewed
+  CHECK(z > 0);
+  const double h = 1e-6;
+  for (index_t e = 0; e < m * n; ++e) {
+    const double keep = s[e];
+    s[e] = keep + h;
+    const double lb_up = ssr::load_balancing_loss<double>({s.data(), m, n}, experts), z_up = ssr::z_loss<double>({s.data(), m, n});
+    s[e] = keep - h;
+    const double lb_down = ssr::load_balancing_loss<double>({s.data(), m, n}, experts), z_down = ssr::z_loss<double>({s.data(), m, n});
+    s[e] = keep;
+    REQUIRE(lb_grad[e] == Approx((lb_up - lb_down) / (2 * h)).margin(1e-8));
+    REQUIRE(z_grad[e] == Approx((z_up - z_down) / (2 * h)).margin(1e-8));
+  }
+}
+
+TEST_CASE("the load-balancing loss is n * sum f_j P_j", "[losses]") {
+  // Two tokens, two experts, k = 1, uniform logits: f = (1/2, 1/2), P = (1/2, 1/2), loss = 2 * 1/2 = 1.
+  std::vector<float> s = {0, 0, 0, 0};
+  std::vector<std::int32_t> e = {0, 1};
+  CHECK(ssr::load_balancing_loss<float>({s.data(), 2, 2}, {e.data(), 2, 1}) == Approx(1.0));
+  e = {0, 0};  // all to expert 0: f = (1, 0), loss = 2 * 1/2 = 1 still, since P is uniform
+  CHECK(ssr::load_balancing_loss<float>({s.data(), 2, 2}, {e.data(), 2, 1}) == Approx(1.0));
+  s = {3, 0, 3, 0};  // P_0 = e^3/(1+e^3)
+  CHECK(ssr::load_balancing_loss<float>({s.data(), 2, 2}, {e.data(), 2, 1}) == Approx(2 * std::exp(3.0) / (1 + std::exp(3.0))));
+  CHECK(ssr::z_loss<float>({s.data(), 2, 2}) == Approx(std::pow(std::log(1 + std::exp(3.0)), 2)));
+}

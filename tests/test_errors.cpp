@@ -1,0 +1,102 @@
+// Every invalid argument throws ssr::Error naming it, before any output is written.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+
+#include "support.hpp"
+
+using Catch::Matchers::Contains;
+using ssr::Context;
+using ssr::index_t;
+
+namespace {
+
+// Routes with outputs filled with sentinels and checks the call throws a message containing `what`
+// and leaves every output untouched.
+template <class Policy>
+void require_rejected(const Policy& policy, const std::vector<float>& s, index_t m, index_t n, const char* what,
+                      index_t stride = 0) {
+  test::Routed<float> out(m, n, 2);
+  std::fill(out.experts.begin(), out.experts.end(), -7);
+  std::fill(out.load.begin(), out.load.end(), -7);
+  std::fill(out.weights.begin(), out.weights.end(), -7.0f);
+  const auto before = out.plan;
+  ssr::Router<Policy> router(policy);
+  REQUIRE_THROWS_WITH(router.route({s.data(), m, n, stride ? stride : n}, Context::train(0), out.outputs()), Contains(what));
+  CHECK(out.experts == std::vector<std::int32_t>(m * 2, -7));
+  CHECK(out.load == std::vector<std::int32_t>(n, -7));
+  CHECK(out.weights == std::vector<float>(m * 2, -7.0f));
+  CHECK(out.plan == before);
+}
+
+}  // namespace
+
+TEST_CASE("invalid policy parameters are rejected at construction, naming the value", "[errors]") {
+  using ssr::SinkhornTopK;
+  CHECK_THROWS_WITH(ssr::Router<ssr::SoftmaxTopK>(ssr::SoftmaxTopK(0)), Contains("k = 0"));
+  CHECK_THROWS_WITH(ssr::Router<SinkhornTopK>(SinkhornTopK(2, ssr::Cost::linear, {0.0, 1e-4, 100})), Contains("xi = 0"));
+  CHECK_THROWS_WITH(ssr::Router<SinkhornTopK>(SinkhornTopK(2, ssr::Cost::linear, {-1.0, 1e-4, 100})), Contains("xi = -1"));
+  CHECK_THROWS_WITH(ssr::Router<SinkhornTopK>(SinkhornTopK(2, ssr::Cost::linear, {std::nan(""), 1e-4, 100})), Contains("xi = nan"));
+  CHECK_THROWS_WITH(ssr::Router<SinkhornTopK>(SinkhornTopK(2, ssr::Cost::linear, {0.5, 0.0, 100})), Contains("tol = 0"));
+  CHECK_THROWS_WITH(ssr::Router<SinkhornTopK>(SinkhornTopK(2, ssr::Cost::linear, {0.5, 1e-4, 0})), Contains("max_iters = 0"));
+  CHECK_THROWS_WITH(ssr::Router<ssr::SSRPolicy>(ssr::make_ssr(2, ssr::Cost::linear, 1.5)), Contains("p = 1.5"));
+  CHECK_THROWS_WITH(ssr::Router<ssr::SSRPolicy>(ssr::make_ssr(2, ssr::Cost::linear, -0.1)), Contains("p = -0.1"));
+  CHECK_THROWS_WITH(ssr::Router<ssr::SSRPolicy>(ssr::make_ssr(2, ssr::Cost::linear, 0.1, {}, -1.0)), Contains("alpha = -1"));
+  CHECK_THROWS_WITH(ssr::Router<ssr::SSRPolicy>(ssr::make_ssr(2, ssr::Cost::linear, 0.1, {}, 1.0, 0.0)), Contains("sigma = 0"));
+  CHECK_THROWS_WITH(ssr::CpuBackend<float>(-1), Contains("threads = -1"));
+  using Mixed = ssr::SelectivePolicy<SinkhornTopK, ssr::SoftmaxTopK>;
+  CHECK_THROWS_WITH(ssr::Router<Mixed>(Mixed(SinkhornTopK(3), ssr::SoftmaxTopK(2), 0.1)), Contains("k = 3"));
+  CHECK_THROWS_AS(ssr::Router<ssr::SoftmaxTopK>(ssr::SoftmaxTopK(-3)), ssr::Error);
+}
+
+TEST_CASE("invalid calls are rejected before anything is written", "[errors]") {
+  const index_t m = 10, n = 4;
+  auto s = test::random_logits<float>(m, n, 1.0, 1);
+  require_rejected(ssr::SoftmaxTopK(5), s, m, n, "k = 5");  // k > n
+  require_rejected(ssr::SinkhornTopK(2), s, m, n, "logits.stride = 3", 3);
+  s[2 * n + 3] = std::numeric_limits<float>::quiet_NaN();
+  require_rejected(ssr::SinkhornTopK(2), s, m, n, "logits(2, 3) = nan");
+  s[2 * n + 3] = std::numeric_limits<float>::infinity();
+  require_rejected(ssr::SoftmaxTopK(2), s, m, n, "logits(2, 3) = inf");
+}
+
+TEST_CASE("outputs of the wrong shape are rejected", "[errors]") {
+  const index_t m = 10, n = 4;
+  const auto s = test::random_logits<float>(m, n, 1.0, 1);
+  ssr::Router<ssr::SoftmaxTopK> router(ssr::SoftmaxTopK(2));
+  test::Routed<float> out(m, n, 2);
+  auto o = out.outputs();
+  o.experts.cols = 3;
+  CHECK_THROWS_WITH(router.route({s.data(), m, n}, Context::train(0), o), Contains("experts has shape 10x3, expected 10x2"));
+  o = out.outputs();
+  o.weights.rows = 9;
+  CHECK_THROWS_WITH(router.route({s.data(), m, n}, Context::train(0), o), Contains("weights has shape 9x2"));
+  o = out.outputs();
+  o.load.size = 3;
+  CHECK_THROWS_WITH(router.route({s.data(), m, n}, Context::train(0), o), Contains("load has size 3, expected 4"));
+  o = out.outputs();
+  o.plan.cols = 5;
+  CHECK_THROWS_WITH(router.route({s.data(), m, n}, Context::train(0), o), Contains("plan has shape"));
+  o = out.outputs();
+  o.experts.data = nullptr;
+  CHECK_THROWS_WITH(router.route({s.data(), m, n}, Context::train(0), o), Contains("experts is null"));
+  CHECK_THROWS_WITH(router.route({s.data(), m, 0}, Context::train(0), out.outputs()), Contains("logits.cols = 0"));
+}
+
+TEST_CASE("backward rejects bad experts and non-finite gradients", "[errors]") {
+  const index_t m = 3, n = 4, k = 2;
+  ssr::Router<ssr::SoftmaxTopK> router(ssr::SoftmaxTopK(2));
+  std::vector<std::int32_t> e = {0, 1, 2, 3, 1, 4};
+  std::vector<float> w(m * k, 0.5f), g(m * k, 1.0f), grad(m * n, -3.0f);
+  ssr::RouteInfo info;
+  CHECK_THROWS_WITH(router.backward(info, {e.data(), m, k}, {w.data(), m, k}, {g.data(), m, k}, {grad.data(), m, n}),
+                    Contains("experts(2, 1) = 4"));
+  e[5] = 0;
+  g[1] = std::numeric_limits<float>::infinity();
+  CHECK_THROWS_WITH(router.backward(info, {e.data(), m, k}, {w.data(), m, k}, {g.data(), m, k}, {grad.data(), m, n}),
+                    Contains("grad_weights(0, 1) = inf"));
+  CHECK_THROWS_WITH(router.backward(info, {e.data(), m, k}, {w.data(), m, k}, {g.data(), m, k}, {grad.data(), 2, n}),
+                    Contains("grad_logits has shape 2x4, expected 3x4"));
+  CHECK(grad == std::vector<float>(m * n, -3.0f));
+}

@@ -1,0 +1,122 @@
+// Noise on the cost (Proposition 3's selection probabilities) and the selective coin.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "support.hpp"
+
+using ssr::Context;
+using ssr::Cost;
+using ssr::index_t;
+using ssr::NoisyCost;
+using ssr::SoftmaxTopK;
+
+namespace {
+
+double normal_cdf(double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); }
+
+// P(expert j has the largest c_l + s * eps_l), eps i.i.d. N(0, 1):
+// the integral over z of phi(z) prod_{l != j} Phi(z + (c_j - c_l) / s), by the trapezoid rule.
+double top1_probability(const std::vector<double>& c, std::size_t j, double s) {
+  const double h = 1e-3;
+  double total = 0;
+  for (double z = -12; z <= 12; z += h) {
+    double prod = std::exp(-0.5 * z * z) / std::sqrt(2 * M_PI);
+    for (std::size_t l = 0; l < c.size(); ++l)
+      if (l != j) prod *= normal_cdf(z + (c[j] - c[l]) / s);
+    total += prod * h;
+  }
+  return total;
+}
+
+}  // namespace
+
+TEST_CASE("top-1 frequencies under noise match Proposition 3", "[noise]") {
+  const std::vector<double> c = {0.3, 0.0, -0.2, 0.5, 0.45};
+  const index_t m = 200000, n = static_cast<index_t>(c.size());
+  std::vector<double> s(m * n);
+  for (index_t i = 0; i < m; ++i)
+    for (index_t j = 0; j < n; ++j) s[i * n + j] = c[j];
+  const double alpha = 0.4, sigma = 0.75;
+  const auto r = test::route(NoisyCost<SoftmaxTopK>(SoftmaxTopK(1), alpha, sigma), s, m, n, Context::train(17, 2, 99));
+  for (index_t j = 0; j < n; ++j) {
+    const double expected = top1_probability(c, j, alpha * sigma);
+    const double observed = static_cast<double>(r.load[j]) / static_cast<double>(m);
+    const double sd = std::sqrt(expected * (1 - expected) / static_cast<double>(m));
+    INFO("expert " << j << " expected " << expected << " observed " << observed);
+    CHECK(std::abs(observed - expected) < 5 * sd);
+  }
+  // Two experts: the closed form Phi((c_1 - c_2) / (sqrt 2 alpha sigma)).
+  CHECK(top1_probability({0.3, 0.0}, 0, alpha * sigma) == Approx(normal_cdf(0.3 / (std::sqrt(2.0) * alpha * sigma))).epsilon(1e-6));
+}
+
+TEST_CASE("the dumped noise is alpha times N(0, sigma^2), independent across elements", "[noise]") {
+  const index_t m = 20000, n = 16;
+  const double alpha = 0.3, sigma = 2.0;
+  const auto s = test::random_logits<double>(m, n, 1.0, 1);
+  const auto r = test::route(NoisyCost<SoftmaxTopK>(SoftmaxTopK(2), alpha, sigma), s, m, n, Context::train(5));
+  double sum = 0, sq = 0, lag = 0;
+  for (index_t e = 0; e < m * n; ++e) {
+    sum += r.noise[e];
+    sq += r.noise[e] * r.noise[e];
+    if (e > 0) lag += r.noise[e] * r.noise[e - 1];
+  }
+  const double count = static_cast<double>(m * n), var = alpha * alpha * sigma * sigma;
+  CHECK(std::abs(sum / count) < 5 * std::sqrt(var / count));
+  CHECK(std::abs(sq / count - var) < 5 * var * std::sqrt(2 / count));
+  CHECK(std::abs(lag / count) < 5 * var / std::sqrt(count));
+}
+
+TEST_CASE("noise streams depend on seed, layer and step, and only on them", "[noise]") {
+  const index_t m = 100, n = 8;
+  const auto s = test::random_logits<float>(m, n, 1.0, 1);
+  const NoisyCost<SoftmaxTopK> policy(SoftmaxTopK(2), 1.0, 1.0);
+  const auto base = test::route(policy, s, m, n, Context::train(1, 2, 3));
+  CHECK(test::route(policy, s, m, n, Context::train(1, 2, 3)).noise == base.noise);
+  CHECK(test::route(policy, s, m, n, Context::train(2, 2, 3)).noise != base.noise);
+  CHECK(test::route(policy, s, m, n, Context::train(1, 3, 3)).noise != base.noise);
+  CHECK(test::route(policy, s, m, n, Context::train(1, 2, 4)).noise != base.noise);
+}
+
+TEST_CASE("the selective policy takes the Sinkhorn path with frequency p", "[selective]") {
+  const double p = GENERATE(0.0, 0.01, 0.2, 1.0);
+  const auto policy = ssr::make_ssr(2, Cost::linear, p);
+  ssr::Router<ssr::SSRPolicy> router(policy);
+  const int steps = 40000;
+  int rare = 0;
+  for (int step = 0; step < steps; ++step) rare += router.resolve(Context::train(step, 1, 7)).path == ssr::Path::sinkhorn;
+  const double sd = std::sqrt(p * (1 - p) / steps);
+  INFO("p " << p << " observed " << double(rare) / steps);
+  CHECK(std::abs(double(rare) / steps - p) <= 5 * sd);
+  // Routing a call agrees with the resolved path.
+  const auto s = test::random_logits<float>(64, 8, 1.0, 2);
+  for (int step = 0; step < 50; ++step) {
+    const auto r = test::route(policy, s, 64, 8, Context::train(step, 1, 7));
+    REQUIRE(r.info.path == router.resolve(Context::train(step, 1, 7)).path);
+  }
+}
+
+TEST_CASE("layers draw independent coins", "[selective]") {
+  const auto policy = ssr::make_ssr(2, Cost::linear, 0.5);
+  int both = 0;
+  const int steps = 20000;
+  for (int step = 0; step < steps; ++step)
+    both += policy.rare_path(Context::train(step, 0)) && policy.rare_path(Context::train(step, 1));
+  CHECK(std::abs(double(both) / steps - 0.25) < 5 * std::sqrt(0.25 * 0.75 / steps));
+}
+
+TEST_CASE("evaluation ignores seed, noise and p", "[selective][noise]") {
+  const index_t m = 300, n = 16;
+  const auto s = test::random_logits<float>(m, n, 1.0, 6, 3.0);
+  const auto plain = test::route(SoftmaxTopK(2), s, m, n, Context::eval());
+  for (std::uint32_t seed : {0u, 1u, 12345u}) {
+    Context ctx = Context::eval();
+    ctx.seed = seed;
+    ctx.step = seed * 7;
+    const auto r = test::route(ssr::make_ssr(2, Cost::softmax, 1.0, {}, 5.0, 1.0), s, m, n, ctx);
+    CHECK(r.info.path == ssr::Path::softmax);
+    CHECK(r.experts == plain.experts);
+    CHECK(r.weights == plain.weights);
+    CHECK(r.noise == std::vector<float>(m * n, 0.0f));
+  }
+}

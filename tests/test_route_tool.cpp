@@ -1,0 +1,143 @@
+// The ssr-route tool, driven from outside as a user would: .npy in, .npy and JSON out, exit 2 on bad input.
+#include <catch2/catch.hpp>
+
+#include <xtensor/xnpy.hpp>
+#include <xtensor/xtensor.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "support.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+  int status;
+  std::string out, err;
+};
+
+Run run_tool(const std::string& args, const fs::path& dir) {
+  const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
+  const std::string cmd = std::string(SSR_ROUTE_EXE) + " " + args + " >" + out.string() + " 2>" + err.string();
+  const int raw = std::system(cmd.c_str());
+  auto slurp = [](const fs::path& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, slurp(out), slurp(err)};
+}
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("ssr-route-test-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("ssr-route writes what the library computes", "[tool]") {
+  const auto dir = fresh_dir("ok");
+  const ssr::index_t m = 300, n = 8, k = 2;
+  const auto s = test::random_logits<float>(m, n, 1.0, 3, 3.0);
+  xt::xtensor<float, 2> logits({std::size_t(m), std::size_t(n)});
+  std::copy(s.begin(), s.end(), logits.begin());
+  xt::dump_npy((dir / "logits.npy").string(), logits);
+  xt::xtensor<float, 2> g({std::size_t(m), std::size_t(k)}, 0.5f);
+  xt::dump_npy((dir / "g.npy").string(), g);
+
+  const auto r = run_tool("--logits " + (dir / "logits.npy").string() + " --out " + (dir / "out").string() +
+                              " --policy sinkhorn --weights scores --noise-alpha 0.1 --seed 4 --step 2 --dump-noise "
+                              "--dump-plan --grad-weights " + (dir / "g.npy").string(),
+                          dir);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("\"path\": \"sinkhorn\"") != std::string::npos);
+  CHECK(r.out.find("\"converged\": true") != std::string::npos);
+  CHECK(r.out.find("\"empty_experts\": 0") != std::string::npos);
+
+  const auto policy = ssr::NoisyCost<ssr::SinkhornTopK>(ssr::SinkhornTopK(2, ssr::Cost::linear, {}, ssr::Weights::scores), 0.1, 1.0);
+  const auto expected = test::route(policy, s, m, n, ssr::Context::train(2, 0, 4));
+  const auto experts = xt::load_npy<std::int32_t>((dir / "out" / "experts.npy").string());
+  const auto weights = xt::load_npy<float>((dir / "out" / "weights.npy").string());
+  const auto plan = xt::load_npy<float>((dir / "out" / "plan.npy").string());
+  const auto noise = xt::load_npy<float>((dir / "out" / "noise.npy").string());
+  const auto grad = xt::load_npy<float>((dir / "out" / "grad_logits.npy").string());
+  CHECK(std::vector<std::int32_t>(experts.begin(), experts.end()) == expected.experts);
+  CHECK(std::vector<float>(weights.begin(), weights.end()) == expected.weights);
+  CHECK(std::vector<float>(plan.begin(), plan.end()) == expected.plan);
+  CHECK(std::vector<float>(noise.begin(), noise.end()) == expected.noise);
+  CHECK(grad.shape()[0] == std::size_t(m));
+  CHECK(grad.shape()[1] == std::size_t(n));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("ssr-route computes float64 logits in double and defaults to the selective softmax path", "[tool]") {
+  const auto dir = fresh_dir("f64");
+  xt::xtensor<double, 2> logits({4, 3});
+  for (std::size_t i = 0; i < 12; ++i) logits.data()[i] = static_cast<double>(i % 5) * 0.3;
+  xt::dump_npy((dir / "l.npy").string(), logits);
+  const auto r = run_tool("--logits " + (dir / "l.npy").string() + " --out " + (dir / "o").string() + " --mode eval", dir);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("\"path\": \"softmax\", \"iterations\": 0, \"marginal_error\": null") != std::string::npos);
+  const auto w = xt::load_npy<double>((dir / "o" / "weights.npy").string());
+  CHECK(w.shape()[1] == 2);
+  CHECK(!fs::exists(dir / "o" / "plan.npy"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("ssr-route rejects bad input with status 2, one line on stderr, and writes nothing", "[tool]") {
+  const auto dir = fresh_dir("bad");
+  xt::xtensor<float, 2> logits({10, 4}, 0.25f);
+  xt::dump_npy((dir / "l.npy").string(), logits);
+  logits(3, 2) = std::numeric_limits<float>::quiet_NaN();
+  xt::dump_npy((dir / "nan.npy").string(), logits);
+  xt::xtensor<int, 2> ints({10, 4}, 1);
+  xt::dump_npy((dir / "int.npy").string(), ints);
+  xt::xtensor<float, 1> flat({10}, 1.0f);
+  xt::dump_npy((dir / "flat.npy").string(), flat);
+  const std::string l = " --logits " + (dir / "l.npy").string();
+  const std::string out = " --out " + (dir / "o").string();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {l + out + " --k 5", "k = 5"},
+      {l + out + " --k 0", "k = 0"},
+      {l + out + " --xi 0", "xi = 0"},
+      {l + out + " --xi -1", "xi = -1"},
+      {l + out + " --tol 0", "tol = 0"},
+      {l + out + " --max-iters 0", "max_iters = 0"},
+      {l + out + " --p 2", "p = 2"},
+      {l + out + " --noise-alpha -1", "alpha = -1"},
+      {l + out + " --noise-sigma 0", "sigma = 0"},
+      {l + out + " --threads -2", "threads = -2"},
+      {l + out + " --xi abc", "--xi expects a number"},
+      {l + out + " --policy fancy", "--policy expects"},
+      {l + out + " --seed -1", "--seed expects"},
+      {l + out + " --bogus", "unknown option '--bogus'"},
+      {l, "--out is required"},
+      {" --logits " + (dir / "nan.npy").string() + out, "logits(3, 2) = nan"},
+      {" --logits " + (dir / "int.npy").string() + out, "expected float32 or float64"},
+      {" --logits " + (dir / "flat.npy").string() + out, "expected 2"},
+      {" --logits " + (dir / "missing.npy").string() + out, "cannot open"},
+      {l + out + " --grad-weights " + (dir / "l.npy").string(), "--grad-weights has shape 10x4, expected 10x2"},
+  };
+  for (const auto& c : cases) {
+    const auto r = run_tool(c.first, dir);
+    INFO(c.first << "\nstderr: " << r.err);
+    CHECK(r.status == 2);
+    CHECK(r.err.find(c.second) != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(r.out.empty());
+    CHECK(!fs::exists(dir / "o"));
+  }
+  fs::remove_all(dir);
+}

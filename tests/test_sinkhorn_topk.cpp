@@ -1,0 +1,231 @@
+// Sinkhorn top-k: the plan's marginals, agreement with a reference solver, Proposition 1, numerics.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "support.hpp"
+
+using ssr::Context;
+using ssr::Cost;
+using ssr::index_t;
+using ssr::SinkhornTopK;
+
+namespace {
+
+// Normalised L1 column error of a plan, in double.
+template <class T>
+double column_error(const test::Routed<T>& r) {
+  double err = 0;
+  for (index_t j = 0; j < r.n; ++j) {
+    double col = 0;
+    for (index_t i = 0; i < r.m; ++i) col += r.plan_at(i, j);
+    err += std::abs(col - static_cast<double>(r.m) / static_cast<double>(r.n));
+  }
+  return err / static_cast<double>(r.m);
+}
+
+// A straightforward log-domain Sinkhorn, written independently of the library: every update a full
+// log-sum-exp over a row or a column. Returns the plan.
+std::vector<double> reference_plan(const std::vector<double>& s, index_t m, index_t n, Cost cost, double xi, double tol) {
+  std::vector<double> c(s.size()), f(static_cast<std::size_t>(m), 0.0), g(static_cast<std::size_t>(n), 0.0);
+  for (index_t i = 0; i < m; ++i) {
+    double z = 0;
+    for (index_t j = 0; j < n; ++j) z += std::exp(s[i * n + j]);
+    for (index_t j = 0; j < n; ++j) c[i * n + j] = (cost == Cost::linear ? s[i * n + j] : std::exp(s[i * n + j]) / z) / xi;
+  }
+  auto lse = [](const std::vector<double>& v) {
+    const double top = *std::max_element(v.begin(), v.end());
+    double sum = 0;
+    for (double x : v) sum += std::exp(x - top);
+    return top + std::log(sum);
+  };
+  std::vector<double> plan(s.size()), row(static_cast<std::size_t>(n)), col(static_cast<std::size_t>(m));
+  for (int it = 0; it < 100000; ++it) {
+    for (index_t i = 0; i < m; ++i) {
+      for (index_t j = 0; j < n; ++j) row[j] = c[i * n + j] + g[j];
+      f[i] = -lse(row);
+    }
+    double err = 0;
+    for (index_t j = 0; j < n; ++j) {
+      for (index_t i = 0; i < m; ++i) col[i] = c[i * n + j] + f[i];
+      const double logsum = lse(col);
+      err += std::abs(std::exp(logsum + g[j]) - double(m) / double(n));
+      g[j] = std::log(double(m) / double(n)) - logsum;
+    }
+    if (err / double(m) < tol) break;
+  }
+  for (index_t i = 0; i < m; ++i) {
+    for (index_t j = 0; j < n; ++j) row[j] = c[i * n + j] + g[j];
+    f[i] = -lse(row);
+    for (index_t j = 0; j < n; ++j) plan[i * n + j] = std::exp(row[j] + f[i]);
+  }
+  return plan;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("the plan has unit rows and columns within tol", "[sinkhorn]", float, double) {
+  const index_t m = 3001, n = 16;
+  const auto cost = GENERATE(Cost::linear, Cost::softmax);
+  const double xi = GENERATE(0.5, 0.1);
+  const auto s = test::random_logits<TestType>(m, n, 2.0, 7, 4.0);
+  const double tol = 1e-4;
+  const auto r = test::route(SinkhornTopK(2, cost, {xi, tol, 1000}), s, m, n, Context::train(0));
+  REQUIRE(r.info.path == ssr::Path::sinkhorn);
+  REQUIRE(r.info.converged);
+  REQUIRE(r.info.iterations >= 1);
+  const double row_tol = std::is_same<TestType, float>::value ? 1e-5 : 1e-12;
+  for (index_t i = 0; i < m; ++i) {
+    double sum = 0;
+    for (index_t j = 0; j < n; ++j) sum += r.plan_at(i, j);
+    REQUIRE(std::abs(sum - 1) < row_tol);
+  }
+  const double err = column_error(r);
+  CHECK(err < tol);
+  CHECK(err == Approx(r.info.marginal_error).margin(std::is_same<TestType, float>::value ? 2e-5 : 1e-12));
+}
+
+TEST_CASE("the plan matches a straightforward log-domain Sinkhorn", "[sinkhorn]") {
+  const index_t m = 500, n = 8;
+  const auto cost = GENERATE(Cost::linear, Cost::softmax);
+  const double xi = GENERATE(1.0, 0.5, 0.1);
+  const auto s = test::random_logits<double>(m, n, 1.5, 11, 3.0);
+  const double tol = 1e-11;
+  const auto r = test::route(SinkhornTopK(2, cost, {xi, tol, 100000}), s, m, n, Context::train(0));
+  REQUIRE(r.info.converged);
+  const auto ref = reference_plan(s, m, n, cost, xi, tol);
+  double worst = 0;
+  for (index_t i = 0; i < m * n; ++i) worst = std::max(worst, std::abs(ref[i] - r.plan[i]));
+  CHECK(worst < 1e-9);
+}
+
+TEST_CASE("plan weights are the KL-optimal weights on the chosen experts (Proposition 1)", "[sinkhorn]") {
+  const index_t m = 400, n = 16, k = 4;
+  const auto s = test::random_logits<double>(m, n, 1.0, 3);
+  const auto r = test::route(SinkhornTopK(k), s, m, n, Context::train(0));
+  std::mt19937 gen(5);
+  std::uniform_real_distribution<double> u(0.01, 1.0);
+  for (index_t i = 0; i < m; ++i) {
+    // KL(q || Pi_i) for q supported on the chosen experts.
+    auto kl = [&](const std::vector<double>& q) {
+      double d = 0;
+      for (index_t t = 0; t < k; ++t) d += q[t] * std::log(q[t] / r.plan_at(i, r.expert(i, t)));
+      return d;
+    };
+    std::vector<double> w(k), q(k);
+    double mass = 0;
+    for (index_t t = 0; t < k; ++t) {
+      w[t] = r.weight(i, t);
+      mass += r.plan_at(i, r.expert(i, t));
+    }
+    const double best = kl(w);
+    CHECK(best == Approx(-std::log(mass)).margin(1e-12));  // the closed-form minimum
+    for (int trial = 0; trial < 20; ++trial) {
+      double z = 0;
+      for (auto& x : q) z += (x = u(gen));
+      for (auto& x : q) x /= z;
+      REQUIRE(kl(q) >= best - 1e-12);
+    }
+  }
+}
+
+TEST_CASE("experts are the plan's top-k, by descending plan value, distinct", "[sinkhorn]") {
+  const index_t m = 1000, n = 32, k = 3;
+  const auto s = test::random_logits<float>(m, n, 3.0, 9);
+  const auto r = test::route(SinkhornTopK(k), s, m, n, Context::train(0));
+  for (index_t i = 0; i < m; ++i) {
+    std::vector<float> row(r.plan.begin() + i * n, r.plan.begin() + (i + 1) * n);
+    std::vector<float> sorted = row;
+    std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+    for (index_t t = 0; t < k; ++t) {
+      REQUIRE(row[r.expert(i, t)] == sorted[t]);
+      for (index_t u = 0; u < t; ++u) REQUIRE(r.expert(i, u) != r.expert(i, t));
+    }
+  }
+}
+
+TEST_CASE("Sinkhorn balances the load that softmax top-k leaves skewed", "[sinkhorn]") {
+  const index_t m = 4096, n = 16;
+  const auto s = test::random_logits<float>(m, n, 1.0, 21, 6.0);  // experts with low index are favoured
+  const auto soft = test::route(ssr::SoftmaxTopK(2), s, m, n, Context::train(0));
+  const auto sink = test::route(SinkhornTopK(2), s, m, n, Context::train(0));
+  const auto a = ssr::load_stats({soft.load.data(), n}), b = ssr::load_stats({sink.load.data(), n});
+  CHECK(a.max_over_mean > 3.0);
+  CHECK(b.max_over_mean < 1.3);
+  CHECK(b.empty_experts == 0);
+}
+
+TEST_CASE("score weights are the softmax of the logits over the plan's experts", "[sinkhorn]") {
+  const index_t m = 300, n = 8, k = 2;
+  const auto s = test::random_logits<double>(m, n, 2.0, 4, 3.0);
+  const auto r = test::route(SinkhornTopK(k, Cost::linear, {}, ssr::Weights::scores), s, m, n, Context::train(0));
+  REQUIRE(r.info.weights == ssr::Weights::scores);
+  for (index_t i = 0; i < m; ++i) {
+    const double a = s[i * n + r.expert(i, 0)], b = s[i * n + r.expert(i, 1)];
+    CHECK(r.weight(i, 0) == Approx(1 / (1 + std::exp(b - a))).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("identical rows give a uniform plan and ties go to the lower index", "[sinkhorn]") {
+  const index_t m = 64, n = 8;
+  std::vector<float> s(m * n, 0.25f);
+  const auto r = test::route(SinkhornTopK(3), s, m, n, Context::train(0));
+  for (index_t i = 0; i < m; ++i) {
+    for (index_t t = 0; t < 3; ++t) REQUIRE(r.expert(i, t) == t);
+    for (index_t j = 0; j < n; ++j) REQUIRE(r.plan_at(i, j) == Approx(1.0 / n).epsilon(1e-6));
+  }
+  CHECK(r.info.iterations == 1);
+}
+
+TEMPLATE_TEST_CASE("no NaN or Inf at extreme logit scales and regularisations", "[sinkhorn][numerics]", float, double) {
+  const index_t m = 257, n = 16, k = 2;
+  for (double scale : {1e-3, 1e-1, 1.0, 1e2, 1e4}) {
+    for (double xi : {1e-3, 1e-2, 0.1, 0.5, 1.0, 10.0}) {
+      for (Cost cost : {Cost::linear, Cost::softmax}) {
+        const auto s = test::random_logits<TestType>(m, n, scale, 13, 2.0);
+        const auto r = test::route(SinkhornTopK(k, cost, {xi, 1e-4, 100}), s, m, n, Context::train(0));
+        INFO("scale " << scale << " xi " << xi << " cost " << ssr::to_string(cost));
+        REQUIRE(std::isfinite(r.info.marginal_error));
+        for (index_t i = 0; i < m; ++i) {
+          double row = 0;
+          for (index_t j = 0; j < n; ++j) {
+            REQUIRE(std::isfinite(r.plan_at(i, j)));
+            REQUIRE(r.plan_at(i, j) >= 0);
+            row += r.plan_at(i, j);
+          }
+          REQUIRE(row == Approx(1).epsilon(1e-4));
+          REQUIRE(std::isfinite(r.weight(i, 0)));
+          REQUIRE(r.weight(i, 0) + r.weight(i, 1) == Approx(1).epsilon(1e-5));
+          REQUIRE(r.expert(i, 0) != r.expert(i, 1));
+        }
+      }
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("no NaN or Inf at the limits of the floating-point range", "[sinkhorn][numerics]", float, double) {
+  const index_t m = 40, n = 4;
+  const TestType big = std::numeric_limits<TestType>::max();
+  std::vector<TestType> s(m * n);
+  for (index_t i = 0; i < m * n; ++i) s[i] = (i % 3 == 0) ? big : (i % 3 == 1 ? -big : std::numeric_limits<TestType>::min());
+  for (double xi : {1e-30, 1e-3, 1.0, 1e30}) {
+    const auto r = test::route(ssr::NoisyCost<SinkhornTopK>(SinkhornTopK(2, Cost::linear, {xi, 1e-4, 50}), 1e3, 1e3), s, m,
+                               n, Context::train(0));
+    for (auto p : r.plan) REQUIRE(std::isfinite(p));
+    for (auto w : r.weights) REQUIRE(std::isfinite(w));
+    REQUIRE(std::isfinite(r.info.marginal_error));
+  }
+}
+
+TEST_CASE("evaluation routes by softmax top-k without Sinkhorn", "[sinkhorn]") {
+  const index_t m = 200, n = 8;
+  const auto s = test::random_logits<float>(m, n, 1.0, 2, 4.0);
+  const auto sink = test::route(SinkhornTopK(2), s, m, n, Context::eval());
+  const auto soft = test::route(ssr::SoftmaxTopK(2), s, m, n, Context::eval());
+  CHECK(sink.info.path == ssr::Path::softmax);
+  CHECK(sink.experts == soft.experts);
+  CHECK(sink.weights == soft.weights);
+}
