@@ -1,0 +1,87 @@
+// Micro-benchmarks: a Sinkhorn solve and its cost per iteration, softmax top-k routing, and the
+// machine's single-pass read bound over the same m x n matrix, all in one run.
+#include <benchmark/benchmark.h>
+
+#include <ssr/router.hpp>
+
+#include <random>
+#include <vector>
+
+namespace {
+
+template <class T>
+std::vector<T> logits(ssr::index_t m, ssr::index_t n) {
+  std::mt19937_64 gen(1);
+  std::normal_distribution<double> normal;
+  std::vector<T> s(static_cast<std::size_t>(m * n));
+  for (ssr::index_t i = 0; i < m; ++i)
+    for (ssr::index_t j = 0; j < n; ++j)
+      s[static_cast<std::size_t>(i * n + j)] = static_cast<T>(normal(gen) - 4.0 * static_cast<double>(j) / static_cast<double>(n));
+  return s;
+}
+
+// Arguments: m, n, 1000 * xi, cost (0 linear, 1 softmax).
+template <class T>
+void BM_SinkhornSolve(benchmark::State& state) {
+  const ssr::index_t m = state.range(0), n = state.range(1), k = 2;
+  const double xi = static_cast<double>(state.range(2)) / 1000;
+  const auto cost = state.range(3) ? ssr::Cost::softmax : ssr::Cost::linear;
+  const auto s = logits<T>(m, n);
+  ssr::Router<ssr::SinkhornTopK, ssr::CpuBackend<T>> router(ssr::SinkhornTopK(k, cost, {xi, 1e-4, 100}));
+  std::vector<std::int32_t> experts(static_cast<std::size_t>(m * k));
+  std::vector<T> weights(static_cast<std::size_t>(m * k));
+  ssr::RouteInfo info;
+  for (auto _ : state) {
+    info = router.route({s.data(), m, n}, ssr::Context::train(0), {{experts.data(), m, k}, {weights.data(), m, k}});
+    benchmark::DoNotOptimize(weights.data());
+  }
+  const double iters = info.iterations, elems = static_cast<double>(m * n);
+  state.counters["iterations"] = iters;
+  state.counters["ns_per_iteration"] =
+      benchmark::Counter(iters * 1e-9, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  state.counters["ns_per_element_iteration"] =
+      benchmark::Counter(iters * elems * 1e-9, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  state.counters["GB/s"] = benchmark::Counter(iters * elems * sizeof(T) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+template <class T>
+void BM_SoftmaxTopK(benchmark::State& state) {
+  const ssr::index_t m = state.range(0), n = state.range(1), k = state.range(2);
+  const auto s = logits<T>(m, n);
+  ssr::Router<ssr::SoftmaxTopK, ssr::CpuBackend<T>> router(ssr::SoftmaxTopK(static_cast<int>(k)));
+  std::vector<std::int32_t> experts(static_cast<std::size_t>(m * k));
+  std::vector<T> weights(static_cast<std::size_t>(m * k));
+  for (auto _ : state) {
+    router.route({s.data(), m, n}, ssr::Context::train(0), {{experts.data(), m, k}, {weights.data(), m, k}});
+    benchmark::DoNotOptimize(weights.data());
+  }
+  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(m), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// The read bound: one pass summing the m x n matrix, the least any iteration over it can cost.
+template <class T>
+void BM_ReadBound(benchmark::State& state) {
+  const ssr::index_t m = state.range(0), n = state.range(1);
+  const auto s = logits<T>(m, n);
+  for (auto _ : state) {
+    T acc[8] = {};
+    for (std::size_t e = 0; e + 8 <= s.size(); e += 8)
+      for (int l = 0; l < 8; ++l) acc[l] += s[e + static_cast<std::size_t>(l)];
+    benchmark::DoNotOptimize(acc);
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(m * n) * sizeof(T) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void shapes(benchmark::internal::Benchmark* b) {
+  for (long n : {8, 16, 128, 256})
+    for (long xi : {1000, 500, 100, 50})
+      for (long cost : {0, 1}) b->Args({24576, n, xi, cost});
+}
+
+}  // namespace
+
+BENCHMARK_TEMPLATE(BM_SinkhornSolve, float)->Apply(shapes)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_TEMPLATE(BM_SoftmaxTopK, float)->Args({24576, 16, 2})->Args({24576, 8, 2})->Args({24576, 128, 1})->Args({24576, 256, 8})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_TEMPLATE(BM_ReadBound, float)->Args({24576, 8})->Args({24576, 16})->Args({24576, 128})->Args({24576, 256})->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+BENCHMARK_MAIN();

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs the Debian packages ssr builds, tests and benchmarks with. Safe to run again.
+set -euo pipefail
+packages=(cmake ninja-build g++ libeigen3-dev xtensor-dev catch2 librandom123-dev libbenchmark-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
