@@ -91,7 +91,7 @@ TEMPLATE_TEST_CASE("the plan has unit rows and columns within tol", "[sinkhorn]"
 TEST_CASE("the plan matches a straightforward log-domain Sinkhorn", "[sinkhorn]") {
   const index_t m = 500, n = 8;
   const auto cost = GENERATE(Cost::linear, Cost::softmax);
-  const double xi = GENERATE(1.0, 0.5, 0.1);
+  const double xi = GENERATE(1.0, 0.5, 0.1, 0.02);  // at 0.02 the scalings are absorbed into Q repeatedly
   const auto s = test::random_logits<double>(m, n, 1.5, 11, 3.0);
   const double tol = 1e-11;
   const auto r = test::route(SinkhornTopK(2, cost, {xi, tol, 100000}), s, m, n, Context::train(0));

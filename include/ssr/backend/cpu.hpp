@@ -1,6 +1,6 @@
 // CpuBackend<T>: routing on the host with Eigen, over OpenMP threads where the build has them.
-// Work is cut into blocks of rows whose size depends only on the shape, and every reduction over
-// tokens adds the blocks' partial results in block order, so any thread count gives the same bits.
+// Rows are independent except in the Sinkhorn column sums, which are added per fixed block of rows and
+// then in block order, so any thread count gives the same bits.
 #pragma once
 
 #include <Eigen/Core>
@@ -11,30 +11,17 @@
 #include <limits>
 #include <type_traits>
 
+#include "ssr/backend/cpu_sinkhorn.hpp"
 #include "ssr/detail/aligned.hpp"
 #include "ssr/detail/cost.hpp"
 #include "ssr/detail/parallel.hpp"
 #include "ssr/detail/topk.hpp"
+#include "ssr/detail/weights.hpp"
 #include "ssr/error.hpp"
 #include "ssr/spec.hpp"
 #include "ssr/view.hpp"
 
 namespace ssr {
-
-// Tuning constants of the CPU backend.
-struct CpuTuning {
-  // Rows are padded to a multiple of this many elements (one AVX-512 register of floats), so every
-  // vector operation runs on whole packets, independent of where the caller's data lies.
-  static constexpr index_t pad = 16;
-  // A block holds about this many padded elements (its working set stays in L1/L2), at least min_rows rows.
-  static constexpr index_t block_elements = 4096;
-  static constexpr index_t min_rows = 8;
-
-  static constexpr index_t padded(index_t n) { return (n + pad - 1) / pad * pad; }
-  static constexpr index_t rows_per_block(index_t n) {
-    return std::max(min_rows, block_elements / padded(n));
-  }
-};
 
 template <class T>
 class CpuBackend {
@@ -54,8 +41,7 @@ class CpuBackend {
 
   // Bytes of workspace held; it only grows, so a loop over same-shaped calls allocates once.
   std::size_t workspace_bytes() const {
-    std::size_t b = (kernel_.capacity() + col_pot_.capacity() + partial_.capacity() + scratch_.capacity()) * sizeof(T);
-    return b + (row_pot_.capacity() + colsum_.capacity() + xbuf_.capacity()) * sizeof(double);
+    return sinkhorn_.workspace_bytes() + xbuf_.capacity() * sizeof(double);
   }
 
   // Throws ssr::Error naming the first non-finite logit in row-major order.
@@ -103,7 +89,7 @@ class CpuBackend {
     info.weights = spec.path == Path::sinkhorn ? spec.weights : Weights::scores;
     if (s.rows == 0) {  // no tokens: nothing to route
     } else if (spec.path == Path::sinkhorn) {
-      solve_sinkhorn(spec, s, out, info);
+      sinkhorn_.solve(spec, s, out, info, threads());
     } else {
       route_softmax(spec, s, out);
     }
@@ -130,33 +116,6 @@ class CpuBackend {
   }
 
  private:
-  using Array = Eigen::Array<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  using Column = Eigen::Array<T, Eigen::Dynamic, 1>;
-  using Row = Eigen::Array<T, 1, Eigen::Dynamic>;
-  template <class A>
-  using Aligned = Eigen::Map<A, Eigen::Aligned64>;
-
-  // Softmax over the chosen experts of a row of scores, in double: w_r = exp(v_r - max) / sum.
-  template <class V>
-  static void normalise_exp(const V* v, const std::int32_t* idx, index_t k, T* w) {
-    double top = -std::numeric_limits<double>::infinity();
-    for (index_t r = 0; r < k; ++r) top = std::max(top, static_cast<double>(v[idx[r]]));
-    double e[64], sum = 0;  // k <= 64 here; larger k takes the loop below
-    if (k <= 64) {
-      for (index_t r = 0; r < k; ++r) sum += (e[r] = std::exp(static_cast<double>(v[idx[r]]) - top));
-      for (index_t r = 0; r < k; ++r) w[r] = static_cast<T>(e[r] / sum);
-    } else {
-      for (index_t r = 0; r < k; ++r) sum += std::exp(static_cast<double>(v[idx[r]]) - top);
-      for (index_t r = 0; r < k; ++r) w[r] = static_cast<T>(std::exp(static_cast<double>(v[idx[r]]) - top) / sum);
-    }
-  }
-
-  // Plan weights: the plan's row restricted to the chosen experts and renormalised (Proposition 1).
-  static void normalise(const T* p, const std::int32_t* idx, index_t k, T* w) {
-    double sum = 0;
-    for (index_t r = 0; r < k; ++r) sum += p[idx[r]];
-    for (index_t r = 0; r < k; ++r) w[r] = static_cast<T>(p[idx[r]] / sum);
-  }
 
   void route_softmax(const RouteSpec& spec, ConstMatrixView<T> s, const RouteOutputs<T>& out) {
     const index_t m = s.rows, n = s.cols;
@@ -175,146 +134,11 @@ class CpuBackend {
       } else {
         detail::topk_row(row, n, spec.k, idx);  // top-k of S and of c(S) agree
       }
-      normalise_exp(row, idx, spec.k, out.weights.row(i));
+      detail::softmax_weights(row, idx, spec.k, out.weights.row(i));
       if (!out.noise.empty()) {
         T* d = out.noise.row(i);
         for (index_t j = 0; j < n; ++j) d[j] = spec.noisy() ? static_cast<T>(z[j]) : T(0);
       }
-    }
-  }
-
-  // Log-domain Sinkhorn with potentials f (rows) and g (columns): Pi_ij = exp(K_ij + f_i + g_j).
-  // One pass per iteration: each row's f makes the row sum exactly 1 and the row's plan entries go
-  // straight into its block's column sums, which give both the error and the next g.
-  void solve_sinkhorn(const RouteSpec& spec, ConstMatrixView<T> s, const RouteOutputs<T>& out, RouteInfo& info) {
-    const index_t m = s.rows, n = s.cols, np = CpuTuning::padded(n);
-    const index_t rows = CpuTuning::rows_per_block(n), blocks = (m + rows - 1) / rows;
-    const int nt = threads();
-    T* kernel = kernel_.reserve(static_cast<std::size_t>(m * np));
-    T* g = col_pot_.reserve(static_cast<std::size_t>(np));
-    T* partial = partial_.reserve(static_cast<std::size_t>(blocks * n));
-    const index_t rs = CpuTuning::padded(rows);  // keeps every scratch array aligned
-    T* scratch = scratch_.reserve(static_cast<std::size_t>(nt * 2 * rows * np + nt * 2 * rs));
-    double* f = row_pot_.reserve(static_cast<std::size_t>(m));
-    double* colsum = colsum_.reserve(static_cast<std::size_t>(n));
-    double* xbuf = xbuf_.reserve(static_cast<std::size_t>(2 * n * nt));
-    std::fill(g, g + np, T(0));
-
-    const double target = static_cast<double>(m) / static_cast<double>(n);
-    // Below this a column sum has lost precision to underflow; such a column is summed in the log domain.
-    const double tiny = std::sqrt(static_cast<double>(std::numeric_limits<T>::min()));
-    bool done = false;
-    int iterations = 0;
-    double err = 0;
-
-    SSR_OMP(parallel num_threads(nt))
-    {
-      const int tid = detail::thread_id();
-      T* a_buf = scratch + tid * 2 * rows * np;
-      T* e_buf = a_buf + rows * np;
-      T* r_buf = scratch + nt * 2 * rows * np + tid * 2 * rs;
-      double* x = xbuf + 2 * n * tid;
-      double* z = x + n;
-
-      // The kernel K = cost / xi, rows padded with -inf (exp gives 0 there, the max ignores them).
-      SSR_OMP(for schedule(static))
-      for (index_t i = 0; i < m; ++i) {
-        if (spec.noisy()) detail::noise_row(spec, i, n, z);
-        detail::cost_row(s.row(i), n, spec.cost, spec.noisy() ? z : nullptr, x);
-        T* krow = kernel + i * np;
-        detail::kernel_row(x, n, spec.sinkhorn.xi, krow);
-        std::fill(krow + n, krow + np, -std::numeric_limits<T>::infinity());
-        if (!out.noise.empty()) {
-          T* d = out.noise.row(i);
-          for (index_t j = 0; j < n; ++j) d[j] = spec.noisy() ? static_cast<T>(z[j]) : T(0);
-        }
-      }
-
-      // Rows r0 .. r0+len of block b: a = K + g, e = exp(a - max a), s = sum of e over the real columns.
-      auto block_pass = [&](index_t b, index_t& r0, index_t& len) {
-        r0 = b * rows;
-        len = std::min(rows, m - r0);
-        Aligned<const Array> kb(kernel + r0 * np, len, np);
-        Aligned<const Row> gv(g, 1, np);
-        Aligned<Array> a(a_buf, len, np), e(e_buf, len, np);
-        Aligned<Column> top(r_buf, len), sum(r_buf + rs, len);
-        a = kb.rowwise() + gv;
-        top = a.rowwise().maxCoeff();
-        e = (a.colwise() - top).exp();
-        sum = e.leftCols(n).rowwise().sum();
-      };
-
-      for (;;) {
-        SSR_OMP(for schedule(static))
-        for (index_t b = 0; b < blocks; ++b) {
-          index_t r0, len;
-          block_pass(b, r0, len);
-          Aligned<Array> e(e_buf, len, np);
-          Aligned<Column> top(r_buf, len), sum(r_buf + rs, len);
-          Eigen::Map<Row> part(partial + b * n, 1, n);
-          part = (e.leftCols(n).colwise() / sum).colwise().sum();
-          for (index_t r = 0; r < len; ++r) f[r0 + r] = -(static_cast<double>(top(r)) + std::log(static_cast<double>(sum(r))));
-        }
-        SSR_OMP(single)
-        {
-          ++iterations;
-          std::fill(colsum, colsum + n, 0.0);
-          for (index_t b = 0; b < blocks; ++b)
-            for (index_t j = 0; j < n; ++j) colsum[j] += partial[b * n + j];
-          err = 0;
-          for (index_t j = 0; j < n; ++j) err += std::abs(colsum[j] - target);
-          err /= static_cast<double>(m);
-          done = err < spec.sinkhorn.tol || iterations >= spec.sinkhorn.max_iters;
-          if (!done) update_columns(kernel, np, f, m, n, target, tiny, colsum, g);
-        }
-        if (done) break;
-      }
-
-      // The plan of the last pass: its top-k, weights and, when asked, the plan itself.
-      SSR_OMP(for schedule(static))
-      for (index_t b = 0; b < blocks; ++b) {
-        index_t r0, len;
-        block_pass(b, r0, len);
-        Aligned<Array> a(a_buf, len, np), e(e_buf, len, np);
-        Aligned<Column> sum(r_buf + rs, len);
-        for (index_t r = 0; r < len; ++r) {
-          const index_t i = r0 + r;
-          std::int32_t* idx = out.experts.row(i);
-          detail::topk_row(&a(r, 0), n, spec.k, idx);  // ranking by log Pi: exact where Pi would tie
-          if (spec.weights == Weights::plan) {
-            normalise(&e(r, 0), idx, spec.k, out.weights.row(i));
-          } else {
-            normalise_exp(s.row(i), idx, spec.k, out.weights.row(i));
-          }
-          if (!out.plan.empty()) {
-            T* p = out.plan.row(i);
-            const T inv = T(1) / sum(r);
-            for (index_t j = 0; j < n; ++j) p[j] = e(r, j) * inv;
-          }
-        }
-      }
-    }
-    info.iterations = iterations;
-    info.marginal_error = err;
-    info.converged = err < spec.sinkhorn.tol;
-  }
-
-  // g_j += log(m/n) - log(column sum j), which makes every column sum m/n. A column whose sum
-  // underflowed is summed again in the log domain: g_j = log(m/n) - logsumexp_i(K_ij + f_i).
-  static void update_columns(const T* kernel, index_t np, const double* f, index_t m, index_t n, double target,
-                             double tiny, const double* colsum, T* g) {
-    const double log_target = std::log(target);
-    for (index_t j = 0; j < n; ++j) {
-      if (colsum[j] >= tiny) {
-        g[j] = static_cast<T>(static_cast<double>(g[j]) + log_target - std::log(colsum[j]));
-        continue;
-      }
-      double top = -std::numeric_limits<double>::infinity();
-      for (index_t i = 0; i < m; ++i) top = std::max(top, static_cast<double>(kernel[i * np + j]) + f[i]);
-      double sum = 0;
-      for (index_t i = 0; i < m; ++i) sum += std::exp(static_cast<double>(kernel[i * np + j]) + f[i] - top);
-      g[j] = static_cast<T>(detail::clamp(log_target - top - std::log(sum), -2 * detail::cost_bound<T>(),
-                                          2 * detail::cost_bound<T>()));
     }
   }
 
@@ -325,8 +149,8 @@ class CpuBackend {
   }
 
   int threads_;
-  detail::AlignedBuffer<T> kernel_, col_pot_, partial_, scratch_;
-  detail::AlignedBuffer<double> row_pot_, colsum_, xbuf_;
+  CpuSinkhorn<T> sinkhorn_;
+  detail::AlignedBuffer<double> xbuf_;
 };
 
 }  // namespace ssr
