@@ -1,0 +1,23 @@
+# Random123 from the system (Debian: librandom123-dev), for building ssr's Conan package without a remote.
+from conan import ConanFile
+from conan.tools.system.package_manager import Apt
+
+
+class Random123SystemConan(ConanFile):
+    name = "random123"
+    package_type = "header-library"
+    description = "Random123 headers installed by the system package manager"
+    license = "BSD-3-Clause"
+
+    def package_id(self):
+        self.info.clear()
+
+    def system_requirements(self):
+        Apt(self).install(["librandom123-dev"], check=True)
+
+    def package_info(self):
+        self.cpp_info.bindirs = []
+        self.cpp_info.libdirs = []
+        self.cpp_info.includedirs = ["/usr/include"]
+        self.cpp_info.set_property("cmake_file_name", "Random123")
+        self.cpp_info.set_property("cmake_target_name", "Random123::Random123")
