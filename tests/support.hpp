@@ -2,12 +2,35 @@
 #pragma once
 
 #include <ssr/router.hpp>
+#ifdef SSR_TEST_THRUST
+#include <omp.h>
+#include <ssr/backend/thrust.hpp>
+#endif
 
 #include <cstdint>
 #include <random>
 #include <vector>
 
 namespace test {
+
+// The backend the property tests run on: the CPU backend, or the Thrust backend (on Thrust's OMP
+// system) in the executable built with SSR_TEST_THRUST.
+#ifdef SSR_TEST_THRUST
+template <class T>
+using Backend = ssr::ThrustBackend<T>;
+template <class T>
+Backend<T> make_backend(int threads) {
+  if (threads > 0) omp_set_num_threads(threads);  // Thrust's OMP system uses OpenMP's default team
+  return {};
+}
+#else
+template <class T>
+using Backend = ssr::CpuBackend<T>;
+template <class T>
+Backend<T> make_backend(int threads) {
+  return Backend<T>(threads);
+}
+#endif
 
 template <class T>
 std::vector<T> random_logits(ssr::index_t m, ssr::index_t n, double scale, unsigned seed, double skew = 0) {
@@ -44,7 +67,7 @@ struct Routed {
 template <class T, class Policy>
 Routed<T> route(const Policy& policy, const std::vector<T>& s, ssr::index_t m, ssr::index_t n, const ssr::Context& ctx,
                 int threads = 0) {
-  ssr::Router<Policy, ssr::CpuBackend<T>> router(policy, ssr::CpuBackend<T>(threads));
+  ssr::Router<Policy, Backend<T>> router(policy, make_backend<T>(threads));
   Routed<T> out(m, n, router.resolve(ctx).k);
   out.info = router.route({s.data(), m, n}, ctx, out.outputs());
   return out;

@@ -39,7 +39,7 @@ TEMPLATE_TEST_CASE("1, 2 and 3 threads give identical bits", "[determinism]", fl
 TEST_CASE("repeated calls reuse the workspace and give identical bits", "[determinism]") {
   const index_t m = 3000, n = 16, k = 2;
   const auto s = test::random_logits<float>(m, n, 1.0, 5);
-  ssr::Router<ssr::SinkhornTopK> router{ssr::SinkhornTopK(k)};
+  ssr::Router<ssr::SinkhornTopK, test::Backend<float>> router{ssr::SinkhornTopK(k)};
   test::Routed<float> a(m, n, k), b(m, n, k);
   a.info = router.route({s.data(), m, n}, Context::train(0), a.outputs());
   const auto bytes = router.backend().workspace_bytes();
@@ -61,7 +61,7 @@ TEST_CASE("results do not depend on the alignment or row stride of the caller's 
     for (index_t j = 0; j < n; ++j) strided[1 + i * stride + j] = s[i * n + j];  // off by one float: misaligned
   const auto policy = ssr::make_ssr(2, Cost::linear, 1.0, {}, 0.1, 1.0);
   const auto a = test::route(policy, s, m, n, Context::train(1));
-  ssr::Router<ssr::SSRPolicy> router(policy);
+  ssr::Router<ssr::SSRPolicy, test::Backend<float>> router(policy);
   test::Routed<float> b(m, n, 2);
   b.info = router.route({strided.data() + 1, m, n, stride}, Context::train(1), b.outputs());
   require_identical(a, b);

@@ -22,7 +22,7 @@ void require_rejected(const Policy& policy, const std::vector<float>& s, index_t
   std::fill(out.load.begin(), out.load.end(), -7);
   std::fill(out.weights.begin(), out.weights.end(), -7.0f);
   const auto before = out.plan;
-  ssr::Router<Policy> router(policy);
+  ssr::Router<Policy, test::Backend<float>> router(policy);
   REQUIRE_THROWS_WITH(router.route({s.data(), m, n, stride ? stride : n}, Context::train(0), out.outputs()), Contains(what));
   CHECK(out.experts == std::vector<std::int32_t>(m * 2, -7));
   CHECK(out.load == std::vector<std::int32_t>(n, -7));
@@ -64,7 +64,7 @@ TEST_CASE("invalid calls are rejected before anything is written", "[errors]") {
 TEST_CASE("outputs of the wrong shape are rejected", "[errors]") {
   const index_t m = 10, n = 4;
   const auto s = test::random_logits<float>(m, n, 1.0, 1);
-  ssr::Router<ssr::SoftmaxTopK> router(ssr::SoftmaxTopK(2));
+  ssr::Router<ssr::SoftmaxTopK, test::Backend<float>> router(ssr::SoftmaxTopK(2));
   test::Routed<float> out(m, n, 2);
   auto o = out.outputs();
   o.experts.cols = 3;
@@ -86,7 +86,7 @@ TEST_CASE("outputs of the wrong shape are rejected", "[errors]") {
 
 TEST_CASE("backward rejects bad experts and non-finite gradients", "[errors]") {
   const index_t m = 3, n = 4, k = 2;
-  ssr::Router<ssr::SoftmaxTopK> router(ssr::SoftmaxTopK(2));
+  ssr::Router<ssr::SoftmaxTopK, test::Backend<float>> router(ssr::SoftmaxTopK(2));
   std::vector<std::int32_t> e = {0, 1, 2, 3, 1, 4};
   std::vector<float> w(m * k, 0.5f), g(m * k, 1.0f), grad(m * n, -3.0f);
   ssr::RouteInfo info;

@@ -123,6 +123,7 @@ TEST_CASE("ssr-route rejects bad input with status 2, one line on stderr, and wr
       {l + out + " --policy fancy", "--policy expects"},
       {l + out + " --seed -1", "--seed expects"},
       {l + out + " --bogus", "unknown option '--bogus'"},
+      {l + out + " --backend gpu", "--backend expects cpu|thrust-omp"},
       {l, "--out is required"},
       {" --logits " + (dir / "nan.npy").string() + out, "logits(3, 2) = nan"},
       {" --logits " + (dir / "int.npy").string() + out, "expected float32 or float64"},
@@ -139,5 +140,29 @@ TEST_CASE("ssr-route rejects bad input with status 2, one line on stderr, and wr
     CHECK(r.out.empty());
     CHECK(!fs::exists(dir / "o"));
   }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("ssr-route --backend thrust-omp routes as the CPU backend", "[tool][thrust]") {
+  const auto dir = fresh_dir("thrust");
+  const ssr::index_t m = 500, n = 16;
+  const auto s = test::random_logits<float>(m, n, 1.0, 8, 3.0);
+  xt::xtensor<float, 2> logits({std::size_t(m), std::size_t(n)});
+  std::copy(s.begin(), s.end(), logits.begin());
+  xt::dump_npy((dir / "l.npy").string(), logits);
+  const std::string args = "--logits " + (dir / "l.npy").string() + " --policy sinkhorn --noise-alpha 0.1 --out ";
+  const auto cpu = run_tool(args + (dir / "cpu").string(), dir);
+  const auto thrust = run_tool(args + (dir / "thrust").string() + " --backend thrust-omp", dir);
+  REQUIRE(cpu.status == 0);
+#ifdef SSR_ROUTE_HAS_THRUST
+  INFO(thrust.err);
+  REQUIRE(thrust.status == 0);
+  const auto a = xt::load_npy<std::int32_t>((dir / "cpu" / "experts.npy").string());
+  const auto b = xt::load_npy<std::int32_t>((dir / "thrust" / "experts.npy").string());
+  CHECK(a == b);
+#else
+  CHECK(thrust.status == 2);
+  CHECK(thrust.err.find("built without the Thrust backend") != std::string::npos);
+#endif
   fs::remove_all(dir);
 }

@@ -3,6 +3,9 @@
 // summary on stdout. Bad input: exit status 2, one line on stderr, and nothing written.
 #include <ssr/load_stats.hpp>
 #include <ssr/router.hpp>
+#ifdef SSR_ROUTE_WITH_THRUST
+#include <ssr/backend/thrust.hpp>
+#endif
 
 #include <xtensor/xadapt.hpp>
 #include <xtensor/xarray.hpp>
@@ -31,7 +34,7 @@ constexpr const char* usage =
     "usage: ssr-route --logits L.npy --out DIR [--policy softmax|sinkhorn|selective] [--cost linear|softmax]\n"
     "                 [--k K] [--xi X] [--tol T] [--max-iters N] [--weights plan|scores] [--p P]\n"
     "                 [--noise-alpha A] [--noise-sigma S] [--seed N] [--step N] [--layer N] [--mode train|eval]\n"
-    "                 [--threads N] [--grad-weights G.npy] [--dump-noise] [--dump-plan]\n";
+    "                 [--threads N] [--backend cpu|thrust-omp] [--grad-weights G.npy] [--dump-noise] [--dump-plan]\n";
 
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -40,6 +43,7 @@ struct UsageError : std::runtime_error {
 struct Options {
   std::string logits, out, grad_weights;
   std::string policy = "selective";
+  std::string backend = "cpu";
   ssr::Cost cost = ssr::Cost::linear;
   int k = 2;
   ssr::SinkhornParams sinkhorn{};
@@ -105,6 +109,7 @@ Options parse(int argc, char** argv) {
       {"--layer", [&](const std::string& v) { o.ctx.layer = static_cast<std::uint32_t>(to_unsigned("--layer", v, 0xffffffffull)); }},
       {"--mode", [&](const std::string& v) { o.ctx.mode = choose<ssr::Mode>("--mode", v, {{"train", ssr::Mode::train}, {"eval", ssr::Mode::eval}}); }},
       {"--threads", [&](const std::string& v) { o.threads = to_int("--threads", v); }},
+      {"--backend", [&](const std::string& v) { o.backend = choose<std::string>("--backend", v, {{"cpu", "cpu"}, {"thrust-omp", "thrust-omp"}}); }},
       {"--grad-weights", [&](const std::string& v) { o.grad_weights = v; }},
   };
   for (int a = 1; a < argc; ++a) {
@@ -197,6 +202,19 @@ class Output {
 };
 
 template <class T>
+ssr::CpuBackend<T> make_backend(const Options& o, ssr::CpuBackend<T>*) {
+  return ssr::CpuBackend<T>(o.threads);
+}
+#ifdef SSR_ROUTE_WITH_THRUST
+template <class T>
+ssr::ThrustBackend<T> make_backend(const Options& o, ssr::ThrustBackend<T>*) {
+  ssr::detail::require(o.threads >= 0, "threads", o.threads, "must be >= 0 (0: all available)");
+  if (o.threads > 0) omp_set_num_threads(o.threads);  // Thrust's OMP system uses OpenMP's default team
+  return {};
+}
+#endif
+
+template <class T, class Backend>
 int run(const Options& o) {
   const xt::xtensor<T, 2> logits = load_matrix<T>(o.logits, "--logits");
   const auto m = static_cast<ssr::index_t>(logits.shape()[0]), n = static_cast<ssr::index_t>(logits.shape()[1]);
@@ -205,7 +223,7 @@ int run(const Options& o) {
   ssr::SSRPolicy policy(
       ssr::NoisyCost<ssr::SinkhornTopK>(ssr::SinkhornTopK(o.k, o.cost, o.sinkhorn, o.weights), o.alpha, o.sigma),
       ssr::NoisyCost<ssr::SoftmaxTopK>(ssr::SoftmaxTopK(o.k, o.cost), o.alpha, o.sigma), p);
-  ssr::Router<ssr::SSRPolicy, ssr::CpuBackend<T>> router(policy, ssr::CpuBackend<T>(o.threads));
+  ssr::Router<ssr::SSRPolicy, Backend> router(policy, make_backend(o, static_cast<Backend*>(nullptr)));
   const auto k = static_cast<ssr::index_t>(o.k);
   ssr::detail::require(k <= n, "k", k, "must be at most the number of experts n = " + std::to_string(n));
 
@@ -258,9 +276,17 @@ int main(int argc, char** argv) {
   try {
     const Options o = parse(argc, argv);
     const std::string dtype = npy_dtype(o.logits);
-    if (dtype == "<f8" || dtype == "|f8") return run<double>(o);
-    if (dtype == "<f4" || dtype == "|f4") return run<float>(o);
-    throw UsageError("--logits '" + o.logits + "' has dtype " + dtype + "; expected float32 or float64");
+    const bool f64 = dtype == "<f8" || dtype == "|f8";
+    if (!f64 && dtype != "<f4" && dtype != "|f4")
+      throw UsageError("--logits '" + o.logits + "' has dtype " + dtype + "; expected float32 or float64");
+    if (o.backend == "thrust-omp") {
+#ifdef SSR_ROUTE_WITH_THRUST
+      return f64 ? run<double, ssr::ThrustBackend<double>>(o) : run<float, ssr::ThrustBackend<float>>(o);
+#else
+      throw UsageError("--backend thrust-omp: this ssr-route was built without the Thrust backend (SSR_ENABLE_THRUST=OFF)");
+#endif
+    }
+    return f64 ? run<double, ssr::CpuBackend<double>>(o) : run<float, ssr::CpuBackend<float>>(o);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "ssr-route: %s\n", e.what());
   } catch (const ssr::Error& e) {

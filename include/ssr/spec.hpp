@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "ssr/detail/hd.hpp"
 #include "ssr/view.hpp"
 
 namespace ssr {
@@ -40,7 +41,7 @@ struct RouteSpec {
   std::uint32_t layer = 0;
   std::uint64_t step = 0;
 
-  bool noisy() const { return noise_alpha > 0; }
+  SSR_HD bool noisy() const { return noise_alpha > 0; }
 };
 
 // What a routing call reports besides its outputs.
