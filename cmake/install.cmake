@@ -14,6 +14,13 @@ if(SSR_ENABLE_XTENSOR)
   export(EXPORT ssrXtensorTargets NAMESPACE ssr:: FILE "${PROJECT_BINARY_DIR}/ssrXtensorTargets.cmake")
 endif()
 
+if(SSR_ENABLE_CUDA)
+  install(DIRECTORY "${PROJECT_SOURCE_DIR}/cuda/include/ssr/cuda" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/ssr")
+  install(TARGETS ssr_cuda EXPORT ssrCudaTargets)
+  install(EXPORT ssrCudaTargets NAMESPACE ssr:: DESTINATION "${SSR_CONFIG_DIR}")
+  export(EXPORT ssrCudaTargets NAMESPACE ssr:: FILE "${PROJECT_BINARY_DIR}/ssrCudaTargets.cmake")
+endif()
+
 configure_package_config_file("${PROJECT_SOURCE_DIR}/cmake/ssrConfig.cmake.in" "${PROJECT_BINARY_DIR}/ssrConfig.cmake"
   INSTALL_DESTINATION "${SSR_CONFIG_DIR}")
 write_basic_package_version_file("${PROJECT_BINARY_DIR}/ssrConfigVersion.cmake"

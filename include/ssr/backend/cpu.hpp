@@ -38,6 +38,8 @@ class CpuBackend {
   }
 
   int threads() const { return threads_ > 0 ? threads_ : detail::max_threads(); }
+  // The threads a call over `elements` matrix elements uses.
+  int threads_for(index_t elements) const { return elements < CpuTuning::parallel_min_elements ? 1 : threads(); }
 
   // Bytes of workspace held; it only grows, so a loop over same-shaped calls allocates once.
   std::size_t workspace_bytes() const {
@@ -48,7 +50,8 @@ class CpuBackend {
   void check_finite(ConstMatrixView<T> s) const {
     index_t first = std::numeric_limits<index_t>::max();
     const index_t m = s.rows, n = s.cols;
-    SSR_OMP(parallel for schedule(static) num_threads(threads()) reduction(min : first))
+    const int nt = threads_for(m * n);
+    SSR_OMP(parallel for schedule(static) num_threads(nt) reduction(min : first))
     for (index_t i = 0; i < m; ++i) {
       const T* row = s.row(i);
       for (index_t j = 0; j < n; ++j) {
@@ -89,7 +92,7 @@ class CpuBackend {
     info.weights = spec.path == Path::sinkhorn ? spec.weights : Weights::scores;
     if (s.rows == 0) {  // no tokens: nothing to route
     } else if (spec.path == Path::sinkhorn) {
-      sinkhorn_.solve(spec, s, out, info, threads());
+      sinkhorn_.solve(spec, s, out, info, threads_for(s.rows * s.cols));
     } else {
       route_softmax(spec, s, out);
     }
@@ -102,7 +105,8 @@ class CpuBackend {
                 ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits) const {
     const index_t m = grad_logits.rows, n = grad_logits.cols, k = experts.cols;
     const bool pass = info.weights == Weights::scores;
-    SSR_OMP(parallel for schedule(static) num_threads(threads()))
+    const int nt = threads_for(m * n);
+    SSR_OMP(parallel for schedule(static) num_threads(nt))
     for (index_t i = 0; i < m; ++i) {
       T* out = grad_logits.row(i);
       std::fill(out, out + n, T(0));
@@ -119,7 +123,7 @@ class CpuBackend {
 
   void route_softmax(const RouteSpec& spec, ConstMatrixView<T> s, const RouteOutputs<T>& out) {
     const index_t m = s.rows, n = s.cols;
-    const int nt = threads();
+    const int nt = threads_for(m * n);
     double* xbuf = xbuf_.reserve(static_cast<std::size_t>(2 * n * nt));
     SSR_OMP(parallel for schedule(static) num_threads(nt))
     for (index_t i = 0; i < m; ++i) {

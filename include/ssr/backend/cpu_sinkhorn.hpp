@@ -36,6 +36,8 @@ struct CpuTuning {
   // A block of rows, whose column sums are added in block order, holds about this many padded elements.
   static constexpr index_t block_elements = 4096;
   static constexpr index_t min_rows = 8;
+  // Calls over fewer elements run on one thread: forking a team would cost more than the work.
+  static constexpr index_t parallel_min_elements = 32768;
 
   static constexpr index_t padded(index_t n) { return (n + pad - 1) / pad * pad; }
   static constexpr index_t rows_per_block(index_t n) { return std::max(min_rows, block_elements / padded(n)); }

@@ -1,0 +1,89 @@
+// CudaBackend<T>: the Thrust backend on the CUDA system plus fused kernels for the hot paths:
+// softmax top-k in one kernel (k <= fused_max_k), and Sinkhorn iterations that decide convergence on
+// the device (n up to 5120). Views hold device pointers; work runs on the backend's stream, and a
+// routing call returns once its results are in place.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <thrust/device_vector.h>
+#include <thrust/for_each.h>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/system/cuda/execution_policy.h>
+
+#include <string>
+
+#include "ssr/backend/thrust.hpp"
+#include "ssr/cuda/sinkhorn.cuh"
+#include "ssr/cuda/softmax_topk.cuh"
+#include "ssr/error.hpp"
+
+namespace ssr {
+
+namespace cuda {
+inline void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw Error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(status));
+}
+}  // namespace cuda
+
+template <class T>
+class CudaBackend : public ThrustBackend<T> {
+ public:
+  using value_type = T;
+
+  CudaBackend() = default;
+  explicit CudaBackend(cudaStream_t stream) : stream_(stream) {}
+  cudaStream_t stream() const { return stream_; }
+
+  RouteInfo route(const RouteSpec& spec, ConstMatrixView<T> s, const RouteOutputs<T>& out) {
+    namespace k = detail::thrust_kernels;
+    const index_t m = s.rows, n = s.cols;
+    const bool fused_softmax = spec.path == Path::softmax && spec.k <= cuda::fused_max_k;
+    const bool fused_sinkhorn = spec.path == Path::sinkhorn && cuda::sinkhorn_warps(n) >= 1;
+    if (m == 0 || !(fused_softmax || fused_sinkhorn)) return ThrustBackend<T>::route(spec, s, out);
+
+    RouteInfo info;
+    info.path = spec.path;
+    info.weights = spec.path == Path::sinkhorn ? spec.weights : Weights::scores;
+    const auto policy = thrust::cuda::par.on(stream_);
+    const thrust::counting_iterator<index_t> zero(0);
+    if (fused_softmax) {
+      cuda::softmax_topk<T, T>(s, spec, out.experts, out.weights, out.noise, stream_);
+      cuda::check(cudaGetLastError(), "softmax_topk");
+    } else {
+      const index_t blocks = (m + ThrustTuning::block_rows - 1) / ThrustTuning::block_rows;
+      grow(logk_, m * n);
+      grow(f_, m);
+      grow(g_, n);
+      grow(partial_, blocks * n);
+      grow(colsum_, n);
+      if (state_.size() == 0) state_.resize(1);
+      T* logk = thrust::raw_pointer_cast(logk_.data());
+      double* g = thrust::raw_pointer_cast(g_.data());
+      thrust::for_each(policy, zero, zero + m, k::KernelRow<T>{spec, s, logk, out.noise});
+      const cuda::SinkhornState st = cuda::sinkhorn_iterate<T>(
+          logk, thrust::raw_pointer_cast(f_.data()), g, thrust::raw_pointer_cast(partial_.data()),
+          thrust::raw_pointer_cast(colsum_.data()), thrust::raw_pointer_cast(state_.data()), m, n, spec.sinkhorn, stream_);
+      cuda::check(cudaGetLastError(), "sinkhorn");
+      info.iterations = st.iterations;
+      info.marginal_error = st.err;
+      info.converged = st.err < spec.sinkhorn.tol;
+      thrust::for_each(policy, zero, zero + m, k::PlanRow<T>{spec, s, logk, g, out.experts, out.weights, out.plan});
+    }
+    if (!out.load.empty()) thrust::for_each(policy, zero, zero + out.load.size, k::Count<T>{out.experts, out.load.data});
+    cuda::check(cudaStreamSynchronize(stream_), "route");
+    return info;
+  }
+
+ private:
+  template <class V>
+  static void grow(thrust::device_vector<V>& v, index_t size) {
+    if (static_cast<index_t>(v.size()) < size) v.resize(static_cast<std::size_t>(size));
+  }
+
+  cudaStream_t stream_ = nullptr;
+  thrust::device_vector<T> logk_;
+  thrust::device_vector<double> f_, g_, partial_, colsum_;
+  thrust::device_vector<cuda::SinkhornState> state_;
+};
+
+}  // namespace ssr
