@@ -2,7 +2,6 @@
 import os
 
 from conan import ConanFile
-from conan.errors import ConanInvalidConfiguration
 from conan.tools.files import copy
 
 
@@ -16,12 +15,8 @@ class SsrConan(ConanFile):
     settings = "os", "arch", "compiler", "build_type"
     options = {"with_cuda": [True, False], "with_xtensor": [True, False], "with_openmp": [True, False]}
     default_options = {"with_cuda": False, "with_xtensor": False, "with_openmp": True}
-    exports_sources = "include/*", "LICENSE"
+    exports_sources = "include/*", "cuda/include/*", "LICENSE"
     no_copy_source = True
-
-    def validate(self):
-        if self.options.with_cuda:
-            raise ConanInvalidConfiguration("ssr's CUDA component is not part of this release")
 
     def requirements(self):
         self.requires("eigen/3.4.0")
@@ -34,6 +29,8 @@ class SsrConan(ConanFile):
 
     def package(self):
         copy(self, "*.hpp", os.path.join(self.source_folder, "include"), os.path.join(self.package_folder, "include"))
+        if self.options.with_cuda:
+            copy(self, "*.cuh", os.path.join(self.source_folder, "cuda", "include"), os.path.join(self.package_folder, "include"))
         copy(self, "LICENSE", self.source_folder, os.path.join(self.package_folder, "licenses"))
 
     def package_info(self):
@@ -47,6 +44,12 @@ class SsrConan(ConanFile):
             core.cxxflags = ["-fopenmp"]
             core.exelinkflags = ["-fopenmp"]
             core.sharedlinkflags = ["-fopenmp"]
+        if self.options.with_cuda:  # the CUDA toolkit (with CCCL) comes from the system
+            cu = self.cpp_info.components["cuda"]
+            cu.set_property("cmake_target_name", "ssr::cuda")
+            cu.bindirs = []
+            cu.libdirs = []
+            cu.requires = ["core"]
         if self.options.with_xtensor:
             xt = self.cpp_info.components["xtensor"]
             xt.set_property("cmake_target_name", "ssr::xtensor")

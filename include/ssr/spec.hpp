@@ -53,6 +53,14 @@ struct RouteInfo {
   bool converged = true;              // marginal_error < tol within max_iters
 };
 
+// The info of a call before anything is solved: its path, and whether its weights pass gradient.
+inline RouteInfo initial_info(const RouteSpec& spec) {
+  RouteInfo info;
+  info.path = spec.path;
+  info.weights = spec.path == Path::sinkhorn ? spec.weights : Weights::scores;
+  return info;
+}
+
 // Caller-owned outputs of a routing call over m tokens, n experts, top-k.
 template <class T>
 struct RouteOutputs {

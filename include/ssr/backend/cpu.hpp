@@ -3,8 +3,6 @@
 // then in block order, so any thread count gives the same bits.
 #pragma once
 
-#include <Eigen/Core>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -12,6 +10,7 @@
 #include <type_traits>
 
 #include "ssr/backend/cpu_sinkhorn.hpp"
+#include "ssr/backend/cpu_tuning.hpp"
 #include "ssr/detail/aligned.hpp"
 #include "ssr/detail/cost.hpp"
 #include "ssr/detail/parallel.hpp"
@@ -87,9 +86,7 @@ class CpuBackend {
 
   // Runs a resolved spec; arguments were validated by the Router.
   RouteInfo route(const RouteSpec& spec, ConstMatrixView<T> s, const RouteOutputs<T>& out) {
-    RouteInfo info;
-    info.path = spec.path;
-    info.weights = spec.path == Path::sinkhorn ? spec.weights : Weights::scores;
+    RouteInfo info = initial_info(spec);
     if (s.rows == 0) {  // no tokens: nothing to route
     } else if (spec.path == Path::sinkhorn) {
       sinkhorn_.solve(spec, s, out, info, threads_for(s.rows * s.cols));
@@ -120,7 +117,6 @@ class CpuBackend {
   }
 
  private:
-
   void route_softmax(const RouteSpec& spec, ConstMatrixView<T> s, const RouteOutputs<T>& out) {
     const index_t m = s.rows, n = s.cols;
     const int nt = threads_for(m * n);

@@ -301,9 +301,7 @@ class ThrustBackend {
 
   RouteInfo route(const RouteSpec& spec, ConstMatrixView<T> s, const RouteOutputs<T>& out) {
     namespace k = detail::thrust_kernels;
-    RouteInfo info;
-    info.path = spec.path;
-    info.weights = spec.path == Path::sinkhorn ? spec.weights : Weights::scores;
+    RouteInfo info = initial_info(spec);
     const auto rows = [&](index_t count) {
       return std::make_pair(thrust::counting_iterator<index_t>(0), thrust::counting_iterator<index_t>(count));
     };

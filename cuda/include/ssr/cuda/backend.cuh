@@ -41,9 +41,7 @@ class CudaBackend : public ThrustBackend<T> {
     const bool fused_sinkhorn = spec.path == Path::sinkhorn && cuda::sinkhorn_warps(n) >= 1;
     if (m == 0 || !(fused_softmax || fused_sinkhorn)) return ThrustBackend<T>::route(spec, s, out);
 
-    RouteInfo info;
-    info.path = spec.path;
-    info.weights = spec.path == Path::sinkhorn ? spec.weights : Weights::scores;
+    RouteInfo info = initial_info(spec);
     const auto policy = thrust::cuda::par.on(stream_);
     const thrust::counting_iterator<index_t> zero(0);
     if (fused_softmax) {

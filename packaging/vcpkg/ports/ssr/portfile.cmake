@@ -1,10 +1,7 @@
 # Overlay port built from this checkout: vcpkg install ssr --overlay-ports=<checkout>/packaging/vcpkg/ports
 get_filename_component(SOURCE_PATH "${CMAKE_CURRENT_LIST_DIR}/../../../.." ABSOLUTE)
 
-if("cuda" IN_LIST FEATURES)
-  message(FATAL_ERROR "ssr's CUDA component is not part of this release")
-endif()
-vcpkg_check_features(OUT_FEATURE_OPTIONS FEATURE_OPTIONS FEATURES xtensor SSR_ENABLE_XTENSOR)
+vcpkg_check_features(OUT_FEATURE_OPTIONS FEATURE_OPTIONS FEATURES xtensor SSR_ENABLE_XTENSOR cuda SSR_ENABLE_CUDA)
 
 vcpkg_cmake_configure(
   SOURCE_PATH "${SOURCE_PATH}"

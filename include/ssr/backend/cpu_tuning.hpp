@@ -1,0 +1,30 @@
+// The CPU backend's tuning constants, in one place.
+#pragma once
+
+#include <algorithm>
+#include <type_traits>
+
+#include "ssr/view.hpp"
+
+namespace ssr {
+
+// Tuning constants of the CPU backend.
+struct CpuTuning {
+  // Rows are padded to a multiple of this many elements (one AVX-512 register of floats), so every
+  // vector operation runs on whole packets, independent of where the caller's data lies.
+  static constexpr index_t pad = 16;
+  // A block of rows, whose column sums are added in block order, holds about this many padded elements.
+  static constexpr index_t block_elements = 4096;
+  static constexpr index_t min_rows = 8;
+  // Calls over fewer elements run on one thread: forking a team would cost more than the work.
+  static constexpr index_t parallel_min_elements = 32768;
+
+  static constexpr index_t padded(index_t n) { return (n + pad - 1) / pad * pad; }
+  static constexpr index_t rows_per_block(index_t n) { return std::max(min_rows, block_elements / padded(n)); }
+
+  // Absorb g into Q once some |g_j - h_j| exceeds this: the scalings v stay within exp(+-bound).
+  template <class T>
+  static constexpr double absorb_bound() { return std::is_same<T, float>::value ? 30.0 : 300.0; }
+};
+
+}  // namespace ssr
