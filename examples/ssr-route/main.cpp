@@ -225,7 +225,6 @@ int run(const Options& o) {
       ssr::NoisyCost<ssr::SoftmaxTopK>(ssr::SoftmaxTopK(o.k, o.cost), o.alpha, o.sigma), p);
   ssr::Router<ssr::SSRPolicy, Backend> router(policy, make_backend(o, static_cast<Backend*>(nullptr)));
   const auto k = static_cast<ssr::index_t>(o.k);
-  ssr::detail::require(k <= n, "k", k, "must be at most the number of experts n = " + std::to_string(n));
 
   const auto dims = [](ssr::index_t r, ssr::index_t c) {
     return std::array<std::size_t, 2>{static_cast<std::size_t>(r), static_cast<std::size_t>(c)};

@@ -34,6 +34,7 @@ class Router {
   using value_type = typename Backend::value_type;
   using T = value_type;
 
+  // Validates the policy once: it cannot change afterwards (policy() is const).
   explicit Router(Policy policy = {}, Backend backend = {}) : policy_(std::move(policy)), backend_(std::move(backend)) {
     policy_.validate();
   }
@@ -47,7 +48,6 @@ class Router {
 
   // Routes m tokens over n experts. Every argument is checked before anything is written.
   RouteInfo route(ConstMatrixView<T> logits, const Context& ctx, const RouteOutputs<T>& out) {
-    policy_.validate();
     const RouteSpec spec = policy_.resolve(ctx);
     const index_t m = logits.rows, n = logits.cols;
     detail::require(n >= 1, "logits.cols", n, "must be at least 1 (the number of experts)");

@@ -116,35 +116,43 @@ struct SinkhornBlock {
   }
 };
 
-// Column j: its sum over blocks in block order, then its potential for the next iteration:
-// g_j += log(m/n) - log(sum), or, where the sum underflowed, g_j = log(m/n) - logsumexp_i(K_ij + f_i).
-template <class T>
-struct ColumnUpdate {
-  const T* logk;
-  const double* f;
+// Column j's sum over the blocks, in block order.
+struct ColumnSum {
   const double* partial;
   double* colsum;
-  double* g;
-  index_t m, n, blocks;
-  bool update;
+  index_t n, blocks;
 
   SSR_HD void operator()(index_t j) const {
     double sum = 0;
     for (index_t b = 0; b < blocks; ++b) sum += partial[b * n + j];
     colsum[j] = sum;
-    if (!update) return;
-    const double log_target = std::log(static_cast<double>(m) / static_cast<double>(n));
-    if (sum >= std::sqrt(static_cast<double>(std::numeric_limits<T>::min()))) {
-      g[j] += log_target - std::log(sum);
-      return;
-    }
-    double top = -std::numeric_limits<double>::infinity();
-    for (index_t i = 0; i < m; ++i) top = std::max(top, static_cast<double>(logk[i * n + j]) + f[i]);
-    double total = 0;
-    for (index_t i = 0; i < m; ++i) total += std::exp(static_cast<double>(logk[i * n + j]) + f[i] - top);
-    const double bound = 2 * cost_bound<T>();
-    g[j] = clamp(log_target - top - std::log(total), -bound, bound);
   }
+};
+
+// Column j's potential for the next iteration, given its plan sum: g_j + log(m/n) - log(sum), or, where
+// the sum underflowed, log(m/n) - logsumexp_i(K_ij + f_i). Shared by the Thrust and CUDA backends.
+template <class T>
+SSR_HD inline double next_column_potential(const T* logk, const double* f, index_t m, index_t n, index_t j, double sum,
+                                           double g) {
+  const double log_target = std::log(static_cast<double>(m) / static_cast<double>(n));
+  if (sum >= std::sqrt(static_cast<double>(std::numeric_limits<T>::min()))) return g + log_target - std::log(sum);
+  double top = -std::numeric_limits<double>::infinity();
+  for (index_t i = 0; i < m; ++i) top = std::max(top, static_cast<double>(logk[i * n + j]) + f[i]);
+  double total = 0;
+  for (index_t i = 0; i < m; ++i) total += std::exp(static_cast<double>(logk[i * n + j]) + f[i] - top);
+  const double bound = 2 * cost_bound<T>();
+  return clamp(log_target - top - std::log(total), -bound, bound);
+}
+
+template <class T>
+struct ColumnUpdate {
+  const T* logk;
+  const double* f;
+  const double* colsum;
+  double* g;
+  index_t m, n;
+
+  SSR_HD void operator()(index_t j) const { g[j] = next_column_potential(logk, f, m, n, j, colsum[j], g[j]); }
 };
 
 // The final plan of row i: top-k by log Pi, the weights, and the plan row when asked.
@@ -343,13 +351,13 @@ class ThrustBackend {
     thrust::for_each(thrust::device, zero, zero + m, k::KernelRow<T>{spec, s, logk, out.noise});
     for (;;) {
       thrust::for_each(thrust::device, zero, zero + blocks, k::SinkhornBlock<T>{logk, g, f, partial, m, n});
-      thrust::for_each(thrust::device, zero, zero + n, k::ColumnUpdate<T>{logk, f, partial, colsum, g, m, n, blocks, false});
+      thrust::for_each(thrust::device, zero, zero + n, k::ColumnSum{partial, colsum, n, blocks});
       thrust::for_each(thrust::device, zero, zero + 1, k::ColumnError{colsum, err, m, n});
       const double e = read(err);
       ++info.iterations;
       info.marginal_error = e;
       if (e < spec.sinkhorn.tol || info.iterations >= spec.sinkhorn.max_iters) break;
-      thrust::for_each(thrust::device, zero, zero + n, k::ColumnUpdate<T>{logk, f, partial, colsum, g, m, n, blocks, true});
+      thrust::for_each(thrust::device, zero, zero + n, k::ColumnUpdate<T>{logk, f, colsum, g, m, n});
     }
     info.converged = info.marginal_error < spec.sinkhorn.tol;
     thrust::for_each(thrust::device, zero, zero + m, k::PlanRow<T>{spec, s, logk, g, out.experts, out.weights, out.plan});

@@ -86,19 +86,8 @@ __global__ void sinkhorn_update(const T* logk, const double* f, const double* pa
   }
   __syncthreads();
   if (done) return;
-  const double log_target = log(target), tiny = sqrt(static_cast<double>(std::numeric_limits<T>::min()));
-  const double bound = 2 * ssr::detail::cost_bound<T>();
-  for (index_t j = threadIdx.x; j < n; j += blockDim.x) {
-    if (colsum[j] >= tiny) {
-      g[j] += log_target - log(colsum[j]);
-      continue;
-    }
-    double top = -INFINITY;  // the column underflowed: its log-sum-exp, in the log domain
-    for (index_t i = 0; i < m; ++i) top = fmax(top, static_cast<double>(logk[i * n + j]) + f[i]);
-    double total = 0;
-    for (index_t i = 0; i < m; ++i) total += exp(static_cast<double>(logk[i * n + j]) + f[i] - top);
-    g[j] = fmin(fmax(log_target - top - log(total), -bound), bound);
-  }
+  for (index_t j = threadIdx.x; j < n; j += blockDim.x)
+    g[j] = ssr::detail::thrust_kernels::next_column_potential(logk, f, m, n, j, colsum[j], g[j]);
 }
 
 }  // namespace detail
