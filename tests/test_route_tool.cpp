@@ -1,10 +1,12 @@
 // The ssr-route tool, driven from outside as a user would: .npy in, .npy and JSON out, exit 2 on bad input.
 #include <catch2/catch.hpp>
 
+#include <xtensor/xmath.hpp>
 #include <xtensor/xnpy.hpp>
 #include <xtensor/xtensor.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -123,7 +125,7 @@ TEST_CASE("ssr-route rejects bad input with status 2, one line on stderr, and wr
       {l + out + " --policy fancy", "--policy expects"},
       {l + out + " --seed -1", "--seed expects"},
       {l + out + " --bogus", "unknown option '--bogus'"},
-      {l + out + " --backend gpu", "--backend expects cpu|thrust-omp"},
+      {l + out + " --backend gpu", "--backend expects cpu|cuda|thrust-omp"},
       {l, "--out is required"},
       {" --logits " + (dir / "nan.npy").string() + out, "logits(3, 2) = nan"},
       {" --logits " + (dir / "int.npy").string() + out, "expected float32 or float64"},
@@ -164,5 +166,53 @@ TEST_CASE("ssr-route --backend thrust-omp routes as the CPU backend", "[tool][th
   CHECK(thrust.status == 2);
   CHECK(thrust.err.find("built without the Thrust backend") != std::string::npos);
 #endif
+  fs::remove_all(dir);
+}
+
+// With a GPU the CUDA backend must route as the CPU backend does; without one (as in CI) the tool must say
+// so and write nothing. SSR_EXPECT_GPU=1 makes a missing GPU a failure.
+TEST_CASE("ssr-route --backend cuda routes as the CPU backend, or says why it cannot", "[tool][cuda]") {
+  const auto dir = fresh_dir("cuda");
+  const ssr::index_t m = 2000, n = 16, k = 2;
+  const auto s = test::random_logits<float>(m, n, 1.0, 9, 3.0);
+  xt::xtensor<float, 2> logits({std::size_t(m), std::size_t(n)});
+  std::copy(s.begin(), s.end(), logits.begin());
+  xt::dump_npy((dir / "l.npy").string(), logits);
+  xt::xtensor<float, 2> g({std::size_t(m), std::size_t(k)});
+  for (std::size_t e = 0; e < g.size(); ++e) g.data()[e] = static_cast<float>(e % 7) / 7.0f - 0.4f;
+  xt::dump_npy((dir / "g.npy").string(), g);
+  const char* expect_gpu = std::getenv("SSR_EXPECT_GPU");
+  for (const std::string policy : {"softmax --noise-alpha 0.3", "sinkhorn --weights scores --noise-alpha 0.1 --dump-plan"}) {
+    const std::string args = "--logits " + (dir / "l.npy").string() + " --grad-weights " + (dir / "g.npy").string() +
+                             " --seed 5 --step 3 --policy " + policy + " --out ";
+    const auto cpu = run_tool(args + (dir / "cpu").string(), dir);
+    const auto gpu = run_tool(args + (dir / "gpu").string() + " --backend cuda", dir);
+    INFO(policy << "\nstderr: " << gpu.err);
+    REQUIRE(cpu.status == 0);
+#ifdef SSR_ROUTE_HAS_CUDA
+    if (gpu.status == 0) {
+      const auto e = [&](const char* side, const char* file) { return (dir / side / file).string(); };
+      const bool same_experts = xt::load_npy<std::int32_t>(e("cpu", "experts.npy")) == xt::load_npy<std::int32_t>(e("gpu", "experts.npy"));
+      CHECK(same_experts);
+      for (const char* file : {"weights.npy", "grad_logits.npy", "plan.npy"}) {
+        if (!fs::exists(dir / "cpu" / file)) continue;
+        const bool close = xt::allclose(xt::load_npy<float>(e("cpu", file)), xt::load_npy<float>(e("gpu", file)), 0.0, 2e-6);
+        INFO(file);
+        CHECK(close);
+      }
+      const auto load = [](const std::string& json) { return json.substr(json.find("\"load\"")); };
+      CHECK(load(cpu.out) == load(gpu.out));
+    } else {
+      CHECK_FALSE((expect_gpu && std::string(expect_gpu) == "1"));
+      CHECK(gpu.status == 2);
+      CHECK(gpu.err.find("no usable CUDA device") != std::string::npos);
+      CHECK(!fs::exists(dir / "gpu"));
+    }
+#else
+    (void)expect_gpu;
+    CHECK(gpu.status == 2);
+    CHECK(gpu.err.find("built without the CUDA backend") != std::string::npos);
+#endif
+  }
   fs::remove_all(dir);
 }

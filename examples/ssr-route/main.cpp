@@ -6,6 +6,9 @@
 #ifdef SSR_ROUTE_WITH_THRUST
 #include <ssr/backend/thrust.hpp>
 #endif
+#ifdef SSR_ROUTE_WITH_CUDA
+#include "route_cuda.hpp"
+#endif
 
 #include <xtensor/xadapt.hpp>
 #include <xtensor/xarray.hpp>
@@ -34,7 +37,7 @@ constexpr const char* usage =
     "usage: ssr-route --logits L.npy --out DIR [--policy softmax|sinkhorn|selective] [--cost linear|softmax]\n"
     "                 [--k K] [--xi X] [--tol T] [--max-iters N] [--weights plan|scores] [--p P]\n"
     "                 [--noise-alpha A] [--noise-sigma S] [--seed N] [--step N] [--layer N] [--mode train|eval]\n"
-    "                 [--threads N] [--backend cpu|thrust-omp] [--grad-weights G.npy] [--dump-noise] [--dump-plan]\n";
+    "                 [--threads N] [--backend cpu|thrust-omp|cuda] [--grad-weights G.npy] [--dump-noise] [--dump-plan]\n";
 
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -109,7 +112,7 @@ Options parse(int argc, char** argv) {
       {"--layer", [&](const std::string& v) { o.ctx.layer = static_cast<std::uint32_t>(to_unsigned("--layer", v, 0xffffffffull)); }},
       {"--mode", [&](const std::string& v) { o.ctx.mode = choose<ssr::Mode>("--mode", v, {{"train", ssr::Mode::train}, {"eval", ssr::Mode::eval}}); }},
       {"--threads", [&](const std::string& v) { o.threads = to_int("--threads", v); }},
-      {"--backend", [&](const std::string& v) { o.backend = choose<std::string>("--backend", v, {{"cpu", "cpu"}, {"thrust-omp", "thrust-omp"}}); }},
+      {"--backend", [&](const std::string& v) { o.backend = choose<std::string>("--backend", v, {{"cpu", "cpu"}, {"thrust-omp", "thrust-omp"}, {"cuda", "cuda"}}); }},
       {"--grad-weights", [&](const std::string& v) { o.grad_weights = v; }},
   };
   for (int a = 1; a < argc; ++a) {
@@ -214,8 +217,31 @@ ssr::ThrustBackend<T> make_backend(const Options& o, ssr::ThrustBackend<T>*) {
 }
 #endif
 
+// Routes on a host backend, and maps grad_w to grad_s when grad_w is given.
 template <class T, class Backend>
-int run(const Options& o) {
+ssr::RouteInfo route_on(const Options& o, const ssr::SSRPolicy& policy, ssr::ConstMatrixView<T> logits,
+                        const ssr::RouteOutputs<T>& out, ssr::ConstMatrixView<T> grad_w, ssr::MatrixView<T> grad_s) {
+  ssr::Router<ssr::SSRPolicy, Backend> router(policy, make_backend(o, static_cast<Backend*>(nullptr)));
+  const ssr::RouteInfo info = router.route(logits, o.ctx, out);
+  if (!grad_w.empty()) router.backward(info, out.experts, out.weights, grad_w, grad_s);
+  return info;
+}
+
+#ifdef SSR_ROUTE_WITH_CUDA
+template <class T>
+ssr::RouteInfo route_on_cuda(const Options& o, const ssr::SSRPolicy& policy, ssr::ConstMatrixView<T> logits,
+                             const ssr::RouteOutputs<T>& out, ssr::ConstMatrixView<T> grad_w, ssr::MatrixView<T> grad_s) {
+  if (o.threads != 0) throw UsageError("--threads applies to the cpu and thrust-omp backends, not to cuda");
+  return ssr_route::route_cuda<T>(policy, o.ctx, logits, out, grad_w, grad_s);
+}
+#endif
+
+template <class T>
+using RouteFn = ssr::RouteInfo (*)(const Options&, const ssr::SSRPolicy&, ssr::ConstMatrixView<T>, const ssr::RouteOutputs<T>&,
+                                   ssr::ConstMatrixView<T>, ssr::MatrixView<T>);
+
+template <class T>
+int run(const Options& o, RouteFn<T> route) {
   const xt::xtensor<T, 2> logits = load_matrix<T>(o.logits, "--logits");
   const auto m = static_cast<ssr::index_t>(logits.shape()[0]), n = static_cast<ssr::index_t>(logits.shape()[1]);
   const double p = o.policy == "softmax" ? 0.0 : o.policy == "sinkhorn" ? 1.0 : o.p;
@@ -223,7 +249,6 @@ int run(const Options& o) {
   ssr::SSRPolicy policy(
       ssr::NoisyCost<ssr::SinkhornTopK>(ssr::SinkhornTopK(o.k, o.cost, o.sinkhorn, o.weights), o.alpha, o.sigma),
       ssr::NoisyCost<ssr::SoftmaxTopK>(ssr::SoftmaxTopK(o.k, o.cost), o.alpha, o.sigma), p);
-  ssr::Router<ssr::SSRPolicy, Backend> router(policy, make_backend(o, static_cast<Backend*>(nullptr)));
   const auto k = static_cast<ssr::index_t>(o.k);
 
   const auto dims = [](ssr::index_t r, ssr::index_t c) {
@@ -242,12 +267,10 @@ int run(const Options& o) {
   ssr::RouteOutputs<T> out{{experts.data(), m, k}, {weights.data(), m, k}, {load.data(), n}};
   if (o.dump_noise) out.noise = {noise.data(), m, n};
   if (o.dump_plan) out.plan = {plan.data(), m, n};
-  const ssr::RouteInfo info = router.route({logits.data(), m, n}, o.ctx, out);
-  xt::xtensor<T, 2> grad_s;
-  if (!o.grad_weights.empty()) {
-    grad_s = xt::xtensor<T, 2>(dims(m, n));
-    router.backward(info, {experts.data(), m, k}, {weights.data(), m, k}, {grad_w.data(), m, k}, {grad_s.data(), m, n});
-  }
+  xt::xtensor<T, 2> grad_s(dims(o.grad_weights.empty() ? 0 : m, n));
+  const ssr::RouteInfo info =
+      route(o, policy, {logits.data(), m, n}, out, o.grad_weights.empty() ? ssr::ConstMatrixView<T>{} : ssr::ConstMatrixView<T>{grad_w.data(), m, k},
+            o.grad_weights.empty() ? ssr::MatrixView<T>{} : ssr::MatrixView<T>{grad_s.data(), m, n});
 
   Output files(o.out);
   files.add("experts.npy", experts);
@@ -280,12 +303,19 @@ int main(int argc, char** argv) {
       throw UsageError("--logits '" + o.logits + "' has dtype " + dtype + "; expected float32 or float64");
     if (o.backend == "thrust-omp") {
 #ifdef SSR_ROUTE_WITH_THRUST
-      return f64 ? run<double, ssr::ThrustBackend<double>>(o) : run<float, ssr::ThrustBackend<float>>(o);
+      return f64 ? run<double>(o, route_on<double, ssr::ThrustBackend<double>>) : run<float>(o, route_on<float, ssr::ThrustBackend<float>>);
 #else
       throw UsageError("--backend thrust-omp: this ssr-route was built without the Thrust backend (SSR_ENABLE_THRUST=OFF)");
 #endif
     }
-    return f64 ? run<double, ssr::CpuBackend<double>>(o) : run<float, ssr::CpuBackend<float>>(o);
+    if (o.backend == "cuda") {
+#ifdef SSR_ROUTE_WITH_CUDA
+      return f64 ? run<double>(o, route_on_cuda<double>) : run<float>(o, route_on_cuda<float>);
+#else
+      throw UsageError("--backend cuda: this ssr-route was built without the CUDA backend (SSR_ENABLE_CUDA=OFF)");
+#endif
+    }
+    return f64 ? run<double>(o, route_on<double, ssr::CpuBackend<double>>) : run<float>(o, route_on<float, ssr::CpuBackend<float>>);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "ssr-route: %s\n", e.what());
   } catch (const ssr::Error& e) {
