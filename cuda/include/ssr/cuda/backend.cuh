@@ -13,6 +13,7 @@
 #include <string>
 
 #include "ssr/backend/thrust.hpp"
+#include "ssr/cuda/load.cuh"
 #include "ssr/cuda/sinkhorn.cuh"
 #include "ssr/cuda/softmax_topk.cuh"
 #include "ssr/error.hpp"
@@ -39,7 +40,14 @@ class CudaBackend : public ThrustBackend<T> {
     const index_t m = s.rows, n = s.cols;
     const bool fused_softmax = spec.path == Path::softmax && spec.k <= cuda::fused_max_k;
     const bool fused_sinkhorn = spec.path == Path::sinkhorn && cuda::sinkhorn_warps(n) >= 1;
-    if (m == 0 || !(fused_softmax || fused_sinkhorn)) return ThrustBackend<T>::route(spec, s, out);
+    if (m == 0 || !(fused_softmax || fused_sinkhorn)) {
+      RouteOutputs<T> rest = out;
+      rest.load = {};
+      const RouteInfo info = ThrustBackend<T>::route(spec, s, rest);
+      if (!out.load.empty()) count_load(out.experts, out.load);
+      cuda::check(cudaStreamSynchronize(stream_), "route");
+      return info;
+    }
 
     RouteInfo info = initial_info(spec);
     const auto policy = thrust::cuda::par.on(stream_);
@@ -67,12 +75,23 @@ class CudaBackend : public ThrustBackend<T> {
       info.converged = st.err < spec.sinkhorn.tol;
       thrust::for_each(policy, zero, zero + m, k::PlanRow<T>{spec, s, logk, g, out.experts, out.weights, out.plan});
     }
-    if (!out.load.empty()) thrust::for_each(policy, zero, zero + out.load.size, k::Count<T>{out.experts, out.load.data});
+    if (!out.load.empty()) count_load(out.experts, out.load);
     cuda::check(cudaStreamSynchronize(stream_), "route");
     return info;
   }
 
  private:
+  void count_load(ConstMatrixView<std::int32_t> experts, VectorView<std::int32_t> load) {
+    if (load.size <= cuda::count_max_experts) {
+      cuda::count_load(experts, load, stream_);
+    } else {
+      const thrust::counting_iterator<index_t> zero(0);
+      thrust::for_each(thrust::cuda::par.on(stream_), zero, zero + load.size,
+                       detail::thrust_kernels::Count<T>{experts, load.data});
+    }
+    cuda::check(cudaGetLastError(), "count_load");
+  }
+
   template <class V>
   static void grow(thrust::device_vector<V>& v, index_t size) {
     if (static_cast<index_t>(v.size()) < size) v.resize(static_cast<std::size_t>(size));

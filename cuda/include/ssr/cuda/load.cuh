@@ -1,0 +1,47 @@
+// Per-expert load on the GPU: each block counts its share of the assignments in shared memory and adds
+// its counts to the totals. Integer atomics, so the result is exact and independent of scheduling.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "ssr/view.hpp"
+
+namespace ssr {
+namespace cuda {
+
+// The largest n whose counts fit in a block's shared memory here; larger n takes the Thrust path.
+constexpr index_t count_max_experts = 8192;
+
+namespace detail {
+
+__global__ inline void count_load_kernel(ConstMatrixView<std::int32_t> experts, std::int32_t* load, index_t n) {
+  extern __shared__ int counts[];
+  for (index_t j = threadIdx.x; j < n; j += blockDim.x) counts[j] = 0;
+  __syncthreads();
+  const index_t total = experts.rows * experts.cols;
+  for (index_t a = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; a < total;
+       a += static_cast<index_t>(gridDim.x) * blockDim.x)
+    atomicAdd(&counts[experts(a / experts.cols, a % experts.cols)], 1);
+  __syncthreads();
+  for (index_t j = threadIdx.x; j < n; j += blockDim.x)
+    if (counts[j] != 0) atomicAdd(&load[j], counts[j]);
+}
+
+}  // namespace detail
+
+// load[j] = number of assignments to expert j, on stream. Experts must be in [0, n); n <= count_max_experts.
+inline void count_load(ConstMatrixView<std::int32_t> experts, VectorView<std::int32_t> load, cudaStream_t stream) {
+  constexpr int threads = 256;
+  cudaMemsetAsync(load.data, 0, static_cast<std::size_t>(load.size) * sizeof(std::int32_t), stream);
+  const index_t total = experts.rows * experts.cols;
+  if (total == 0) return;
+  const index_t wanted = (total + threads - 1) / threads;
+  const auto blocks = static_cast<unsigned>(wanted < 1024 ? wanted : 1024);
+  detail::count_load_kernel<<<blocks, threads, static_cast<std::size_t>(load.size) * sizeof(int), stream>>>(experts, load.data,
+                                                                                                             load.size);
+}
+
+}  // namespace cuda
+}  // namespace ssr

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The CUDA backend's checks on a machine with an NVIDIA GPU, from a build configured with
+# -DSSR_ENABLE_CUDA=ON (and Google Benchmark for the benchmarks):
+#   cmake --build BUILD --target ssr_cuda_tests ssr_cuda_bench ssr_tests ssr-route
+#   bash cuda/run_gpu_checks.sh BUILD [OUT]
+# Runs the CUDA tests, the same under compute-sanitizer (memcheck, racecheck, synccheck) on a small grid,
+# ssr-route --backend cuda against the CPU backend, and the benchmarks against PyTorch
+# (cuda/bench/peers_cuda.py, when PyTorch with CUDA is installed). Logs go to OUT (default: BUILD/gpu-checks).
+set -uo pipefail
+build=${1:?usage: run_gpu_checks.sh BUILD [OUT]}
+out=${2:-$build/gpu-checks}
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$out"
+status=0
+step() {  # step NAME COMMAND...: runs and logs one check, remembering a failure
+  local name=$1
+  shift
+  echo "== $name: $*"
+  if "$@" >"$out/$name.log" 2>&1; then echo "   ok"; else echo "   FAILED (exit $?)"; status=1; fi
+  tail -n 5 "$out/$name.log" | sed 's/^/   | /'
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+step cuda_tests "$build/cuda/tests/ssr_cuda_tests"
+if command -v compute-sanitizer >/dev/null; then
+  for tool in memcheck racecheck synccheck; do
+    step "sanitizer_$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 "$build/cuda/tests/ssr_cuda_tests" --quick
+  done
+else
+  echo "compute-sanitizer not found: sanitizer checks not run"
+  status=1
+fi
+step route_tool env SSR_EXPECT_GPU=1 "$build/tests/ssr_tests" "[cuda]"
+if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+  python3 "$here/bench/peers_cuda.py" --bench "$build/cuda/bench/ssr_cuda_bench" --json "$out/peers.json" | tee "$out/peers.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+else
+  echo "PyTorch with CUDA not found: peers not run; ssr's figures alone:"
+  "$build/cuda/bench/ssr_cuda_bench" | tee "$out/bench.txt"
+fi
+exit $status
