@@ -180,6 +180,8 @@ class SmoeLayer {
   static T softplus(T z) { return z > 0 ? z + std::log1p(std::exp(-z)) : std::log1p(std::exp(z)); }
   static T sigmoid(T z) { return T(1) / (T(1) + std::exp(-z)); }
   static Index assignments(const LayerCache<T>& c) { return c.offsets.empty() ? 0 : c.offsets.back(); }
+  // Below about 16M multiply-adds per product, starting threads costs more than it saves.
+  bool worth_threads(Index total) const { return total * dim_ * hidden_ >= (Index{1} << 24); }
 
   void add_gate_noise(const ssr::Context& ctx, LayerCache<T>& c) const {
     const Index m = c.x.rows(), n = experts_;
@@ -228,7 +230,8 @@ class SmoeLayer {
     c.pre.resize(total, hidden_);
     c.act.resize(total, hidden_);
     c.y.resize(total, dim_);
-    SMOE_PARALLEL_FOR_EXPERTS
+    const bool parallel = worth_threads(total);
+    SMOE_PARALLEL_FOR_EXPERTS(parallel)
     for (Index j = 0; j < experts_; ++j) {
       const auto u = static_cast<std::size_t>(j);
       const Index begin = c.offsets[u], count = c.offsets[u + 1] - begin;
@@ -244,7 +247,8 @@ class SmoeLayer {
 
   void backward_experts(LayerCache<T>& c) {
     c.grad_xg.resize(assignments(c), dim_);
-    SMOE_PARALLEL_FOR_EXPERTS
+    const bool parallel = worth_threads(assignments(c));
+    SMOE_PARALLEL_FOR_EXPERTS(parallel)
     for (Index j = 0; j < experts_; ++j) {
       const auto u = static_cast<std::size_t>(j);
       const Index begin = c.offsets[u], count = c.offsets[u + 1] - begin;

@@ -10,12 +10,13 @@
 
 #include "rng.hpp"
 
-// Experts run side by side; each expert's products run on one thread, so results do not depend on how
-// many threads there are.
+// Experts run side by side when `condition` holds (enough work to pay for the threads); each expert's
+// products run on one thread, so results do not depend on how many threads there are.
 #if defined(_OPENMP)
-#define SMOE_PARALLEL_FOR_EXPERTS _Pragma("omp parallel for schedule(dynamic)")
+#define SMOE_PRAGMA(x) _Pragma(#x)
+#define SMOE_PARALLEL_FOR_EXPERTS(condition) SMOE_PRAGMA(omp parallel for schedule(dynamic) if(condition))
 #else
-#define SMOE_PARALLEL_FOR_EXPERTS
+#define SMOE_PARALLEL_FOR_EXPERTS(condition)
 #endif
 
 namespace smoe {

@@ -1,0 +1,346 @@
+// The SMoE example (examples/smoe): every gradient of the layer and of the byte-level model against central
+// differences in double precision, for each kind of router; training that learns; determinism; the corpus.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+#include "byte_lm.hpp"
+#include "corpus.hpp"
+#include "routers.hpp"
+#include "train.hpp"
+
+namespace {
+
+using smoe::Index;
+using smoe::Mat;
+template <class Policy>
+using Router = ssr::Router<Policy, ssr::CpuBackend<double>>;
+
+constexpr double step_size = 1e-6;
+
+// Runs a test on one OpenMP thread: these models are far too small for threads to pay, and on a busy machine
+// waking them dominates. (Results do not depend on it: the determinism test compares thread counts.)
+struct OneThread {
+#if defined(_OPENMP)
+  int saved = omp_get_max_threads();
+  OneThread() { omp_set_num_threads(1); }
+  ~OneThread() { omp_set_num_threads(saved); }
+#endif
+};
+
+// Compares a gradient with central differences of loss(), entry by entry. A perturbation that changes which
+// experts are selected leaves the function's smooth piece: such entries (should_skip() after the +h or -h
+// evaluation) are counted and skipped.
+struct GradientCheck {
+  int checked = 0, skipped = 0;
+
+  // rows: the rows of value to check (all when empty).
+  template <class Loss, class Flipped>
+  void check(const std::string& name, Mat<double>& value, const Mat<double>& grad, Loss&& loss, Flipped&& flipped,
+             const std::vector<bool>& rows = {}) {
+    for (Index i = 0; i < value.size(); ++i) {
+      if (!rows.empty() && !rows[static_cast<std::size_t>(i / value.cols())]) continue;
+      double& v = value.data()[i];
+      const double saved = v;
+      v = saved + step_size;
+      const double up = loss();
+      const bool flip_up = flipped();
+      v = saved - step_size;
+      const double down = loss();
+      const bool flip_down = flipped();
+      v = saved;
+      if (flip_up || flip_down) {
+        ++skipped;
+        continue;
+      }
+      const double numeric = (up - down) / (2 * step_size), analytic = grad.data()[i];
+      INFO(name << "[" << i << "]: analytic " << analytic << ", central difference " << numeric);
+      REQUIRE(std::abs(numeric - analytic) <= 1e-6 + 1e-5 * std::abs(analytic));
+      ++checked;
+    }
+  }
+};
+
+void randomise(std::vector<smoe::Tensor<double>> tensors, smoe::Rng& rng) {
+  for (auto& t : tensors)
+    for (Index i = 0; i < t.value->size(); ++i) t.value->data()[i] = 0.6 * rng.normal();
+}
+
+// One SMoE layer, loss sum(Y .* R) + aux: gradients of the gate, noise gate, every expert's weights and
+// biases, and the input. fd_routing: route afresh under each perturbation, or replay the base routing
+// (the function whose gradient backward gives when the router's weights pass no gradient).
+template <class Policy>
+GradientCheck check_layer(const Policy& policy, smoe::LayerOptions options, smoe::Routing fd_routing) {
+  const Index m = 12, d = 5, h = 6, n = 4;
+  smoe::Rng rng(11);
+  smoe::SmoeLayer<double> layer(d, h, n, options, rng);
+  randomise(layer.tensors(""), rng);
+  Mat<double> x = smoe::random_normal<double>(m, d, 1.0, rng), r = smoe::random_normal<double>(m, d, 1.0, rng);
+  Router<Policy> router(policy, ssr::CpuBackend<double>(1));
+  smoe::Pass pass{ssr::Context::train(/*step=*/3, /*layer=*/1, /*seed=*/5), /*gate_noise=*/true, smoe::Routing::route};
+
+  smoe::LayerCache<double> base;
+  layer.forward(router, x, pass, base);
+  Mat<double> grad_x;
+  layer.backward(router, base, r, grad_x);
+
+  pass.routing = fd_routing;
+  smoe::LayerCache<double> probe;
+  auto loss = [&] {
+    probe = base;
+    const Mat<double> y = layer.forward(router, x, pass, probe);
+    return y.cwiseProduct(r).sum() + layer.aux_loss(probe);
+  };
+  auto flipped = [&] { return probe.experts != base.experts; };
+  GradientCheck gc;
+  for (auto& t : layer.tensors("")) gc.check(t.name, *t.value, *t.grad, loss, flipped);
+  gc.check("x", x, grad_x, loss, flipped);
+  REQUIRE(gc.skipped * 50 <= gc.checked);
+  return gc;
+}
+
+// The byte-level model (two SMoE layers), loss cross-entropy + aux: the embedding, every layer's tensors
+// and the read-out.
+template <class Policy>
+GradientCheck check_model(const Policy& policy, smoe::LayerOptions options, smoe::Routing fd_routing) {
+  smoe::ModelOptions mo;
+  mo.context = 2;
+  mo.dim = 4;
+  mo.hidden = 5;
+  mo.experts = 4;
+  mo.layers = 2;
+  mo.layer = options;
+  smoe::ByteLM<double> model(mo, 3);
+  smoe::Rng rng(17);
+  const smoe::Batch batch = smoe::sample_batch(smoe::generate_corpus(4000, 1), 10, mo.context, rng);
+  Router<Policy> router(policy, ssr::CpuBackend<double>(1));
+  smoe::Pass pass{ssr::Context::train(7, 0, 2), true, smoe::Routing::route};
+  model.zero_grad();
+  model.forward(router, batch, pass);
+  model.backward(router);
+  std::vector<smoe::IndexMat> base_experts;
+  for (int l = 0; l < model.layers(); ++l) base_experts.push_back(model.cache(l).experts);
+
+  pass.routing = fd_routing;
+  auto loss = [&] { return model.forward(router, batch, pass); };
+  auto flipped = [&] {
+    for (int l = 0; l < model.layers(); ++l)
+      if (model.cache(l).experts != base_experts[static_cast<std::size_t>(l)]) return true;
+    return false;
+  };
+  // Embedding rows of bytes the batch does not read have no effect on the loss: their gradient must be 0.
+  std::vector<bool> used(static_cast<std::size_t>(mo.context * 256), false);
+  for (Index i = 0; i < batch.size(); ++i)
+    for (int c = 0; c < mo.context; ++c) used[static_cast<std::size_t>(c * 256 + batch.context(i, c))] = true;
+  GradientCheck gc;
+  for (auto& t : model.tensors()) {
+    if (t.name != "embedding") {
+      gc.check(t.name, *t.value, *t.grad, loss, flipped);
+      continue;
+    }
+    gc.check(t.name, *t.value, *t.grad, loss, flipped, used);
+    for (Index r = 0; r < t.grad->rows(); ++r)
+      if (!used[static_cast<std::size_t>(r)]) REQUIRE(t.grad->row(r).isZero(0));
+  }
+  REQUIRE(gc.skipped * 50 <= gc.checked);
+  return gc;
+}
+
+smoe::LayerOptions with_aux(bool on, bool noisy_gating = false) {
+  smoe::LayerOptions o;
+  o.load_balancing = on ? 0.3 : 0;  // large weights so that a wrong auxiliary gradient cannot hide
+  o.z_loss = on ? 0.2 : 0;
+  o.noisy_gating = noisy_gating;
+  return o;
+}
+
+const ssr::SinkhornTopK sinkhorn_scores(2, ssr::Cost::linear, {1.0, 1e-4, 100}, ssr::Weights::scores);
+const ssr::SinkhornTopK sinkhorn_plan(2, ssr::Cost::linear, {0.5, 1e-4, 100}, ssr::Weights::plan);
+
+}  // namespace
+
+TEST_CASE("smoe layer: every gradient matches central differences", "[smoe]") {
+  const OneThread one;
+  for (const bool aux : {false, true}) {
+    DYNAMIC_SECTION("softmax top-k, auxiliary losses " << (aux ? "on" : "off")) {
+      check_layer(ssr::SoftmaxTopK(2), with_aux(aux), smoe::Routing::route);
+    }
+    DYNAMIC_SECTION("trainable noisy gating, auxiliary losses " << (aux ? "on" : "off")) {
+      check_layer(ssr::SoftmaxTopK(2), with_aux(aux, true), smoe::Routing::route);
+    }
+    DYNAMIC_SECTION("Sinkhorn with score weights, auxiliary losses " << (aux ? "on" : "off")) {
+      check_layer(sinkhorn_scores, with_aux(aux), smoe::Routing::route);
+    }
+    DYNAMIC_SECTION("Sinkhorn with plan weights (stop-gradient), auxiliary losses " << (aux ? "on" : "off")) {
+      check_layer(sinkhorn_plan, with_aux(aux), smoe::Routing::replay);
+    }
+    DYNAMIC_SECTION("SSR-S with noise, Sinkhorn path, auxiliary losses " << (aux ? "on" : "off")) {
+      check_layer(ssr::make_ssr(2, ssr::Cost::softmax, 1.0, {0.1, 1e-4, 100}, 0.05), with_aux(aux), smoe::Routing::replay);
+    }
+  }
+}
+
+TEST_CASE("smoe layer: plan weights pass the gate no gradient but the auxiliary losses'", "[smoe]") {
+  const Index m = 16, d = 3, n = 4;
+  for (const bool aux : {false, true}) {
+    smoe::Rng rng(5);
+    smoe::SmoeLayer<double> layer(d, 4, n, with_aux(aux), rng);
+    const Mat<double> x = smoe::random_normal<double>(m, d, 1.0, rng), r = smoe::random_normal<double>(m, d, 1.0, rng);
+    Router<ssr::SinkhornTopK> router(sinkhorn_plan);
+    smoe::LayerCache<double> c;
+    layer.forward(router, x, {ssr::Context::train(0), false, smoe::Routing::route}, c);
+    Mat<double> grad_x;
+    layer.backward(router, c, r, grad_x);
+    const Mat<double>& grad_gate = *layer.tensors("")[0].grad;
+    const Mat<double> aux_only = (layer.options().load_balancing * c.load_balancing_grad +
+                                  layer.options().z_loss * c.z_loss_grad).transpose() * x;
+    if (aux) {
+      REQUIRE(grad_gate.isApprox(aux_only, 1e-12));
+    } else {
+      REQUIRE(grad_gate.isZero(0));
+    }
+  }
+}
+
+TEST_CASE("smoe byte LM: gradients of embedding, layers and read-out match central differences", "[smoe]") {
+  const OneThread one;
+  SECTION("softmax top-k") { check_model(ssr::SoftmaxTopK(2), with_aux(false), smoe::Routing::route); }
+  SECTION("softmax top-k with load-balancing and z-loss") {
+    check_model(ssr::SoftmaxTopK(2), with_aux(true), smoe::Routing::route);
+  }
+  SECTION("trainable noisy gating with auxiliary losses") {
+    check_model(ssr::SoftmaxTopK(2), with_aux(true, true), smoe::Routing::route);
+  }
+  SECTION("Sinkhorn with score weights") { check_model(sinkhorn_scores, with_aux(true), smoe::Routing::route); }
+  SECTION("SSR-L, Sinkhorn path (plan weights, stop-gradient)") {
+    check_model(ssr::make_ssr(2, ssr::Cost::linear, 1.0, {0.5, 1e-4, 100}), with_aux(true), smoe::Routing::replay);
+  }
+}
+
+namespace {
+
+smoe::ModelOptions tiny_model() {
+  smoe::ModelOptions mo;
+  mo.context = 3;
+  mo.dim = 24;
+  mo.hidden = 32;
+  mo.experts = 4;
+  mo.layers = 1;
+  return mo;
+}
+
+smoe::TrainOptions tiny_training(int steps, std::uint64_t seed = 0) {
+  smoe::TrainOptions to;
+  to.steps = steps;
+  to.batch = 64;
+  to.seed = seed;
+  to.eval_tokens = 2048;
+  return to;
+}
+
+const smoe::Corpus& tiny_corpus() {
+  static const smoe::Corpus corpus = smoe::Corpus::split(smoe::generate_corpus(60000, 1), 3);
+  return corpus;
+}
+
+}  // namespace
+
+TEST_CASE("smoe byte LM: a few hundred Adam steps cut the loss by a clear margin", "[smoe]") {
+  const OneThread one;
+  for (const std::string name : {"softmax", "ssr-l"}) {
+    DYNAMIC_SECTION(name) {
+      smoe::RouterSettings settings;
+      settings.p = 0.1;
+      smoe::with_router(name, settings, [&](const auto& policy, const smoe::LayerOptions& layer) {
+        smoe::ModelOptions mo = tiny_model();
+        mo.layer = layer;
+        const smoe::RunResult r = smoe::train<float>(policy, mo, tiny_corpus(), tiny_training(300));
+        const double first = r.history.front().train_bits, valid = r.eval_softmax.bits_per_byte;
+        INFO("first batch " << first << " bits/byte, validation after 300 steps " << valid);
+        REQUIRE(first > 7.5);  // about log2(256) = 8 before training
+        REQUIRE(valid < first - 4.0);
+        REQUIRE(std::isfinite(r.eval_sinkhorn.bits_per_byte));
+      });
+    }
+  }
+}
+
+TEST_CASE("smoe byte LM: training is deterministic for a seed, across runs and thread counts", "[smoe]") {
+  const auto policy = ssr::make_ssr(2, ssr::Cost::softmax, 0.3, {0.1, 1e-4, 100}, 0.05);
+  smoe::ModelOptions mo = tiny_model();
+  mo.layers = 2;
+  mo.layer.noisy_gating = true;
+  auto run = [&](std::uint64_t seed) { return smoe::train<float>(policy, mo, tiny_corpus(), tiny_training(12, seed)); };
+  auto losses = [](const smoe::RunResult& r) {
+    std::vector<double> v;
+    for (const auto& s : r.history) v.push_back(s.train_bits);
+    v.push_back(r.eval_softmax.bits_per_byte);
+    v.push_back(r.eval_sinkhorn.bits_per_byte);
+    return v;
+  };
+  smoe::RunResult a, again, other_seed;
+  {
+    const OneThread one;
+    a = run(4);
+    again = run(4);
+    other_seed = run(5);
+  }
+  REQUIRE(a.sinkhorn_calls > 0);
+  REQUIRE(losses(again) == losses(a));
+  REQUIRE(losses(other_seed) != losses(a));
+#if defined(_OPENMP)
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(2);
+  const smoe::RunResult two_threads = run(4);
+  omp_set_num_threads(threads);
+  REQUIRE(losses(two_threads) == losses(a));
+#endif
+}
+
+TEST_CASE("smoe corpus: generated text is reproducible, has four registers, and its sums are correct", "[smoe]") {
+  const std::string text = smoe::generate_corpus(20000, 9);
+  REQUIRE(text.size() == 20000);
+  REQUIRE(smoe::generate_corpus(20000, 9) == text);
+  REQUIRE(smoe::generate_corpus(20000, 10) != text);
+  for (const char* marker : {". ", "</", "ACG", "="}) REQUIRE(text.find(marker) != std::string::npos);
+  // Every complete "a+b=c;" is a correct sum.
+  int sums = 0;
+  for (std::size_t at = text.find('+'); at != std::string::npos; at = text.find('+', at + 1)) {
+    std::size_t begin = at;
+    while (begin > 0 && std::isdigit(static_cast<unsigned char>(text[begin - 1]))) --begin;
+    long a = 0, b = 0, c = 0;
+    int used = 0;
+    if (begin == at || std::sscanf(text.c_str() + begin, "%ld+%ld=%ld;%n", &a, &b, &c, &used) != 3 || used == 0) continue;
+    if (begin > 0 && text[begin - 1] != ';' && text[begin - 1] != '\n') continue;  // a clipped first operand
+    REQUIRE(a + b == c);
+    ++sums;
+  }
+  REQUIRE(sums > 50);
+}
+
+TEST_CASE("smoe corpus: split and batches", "[smoe]") {
+  const smoe::Corpus c = smoe::Corpus::split(std::string(1000, 'a') + std::string(100, 'b'), 4);
+  REQUIRE(c.train.size() == 990);
+  REQUIRE(c.valid.size() == 110);
+  const auto batches = smoe::sequential_batches(c.valid, 32, 4, 1000);
+  Index tokens = 0;
+  for (const auto& b : batches) tokens += b.size();
+  REQUIRE(tokens == 106);  // every position after the first 4
+  REQUIRE(batches.back().targets.back() == 'b');
+  REQUIRE(batches.front().context(0, 3) == 'a');  // context(i, c): c + 1 bytes back
+
+  const std::string shakespeare = SSR_SHARED_DATA "/tinyshakespeare.txt";  // beside the project, when present
+  if (std::filesystem::exists(shakespeare)) {
+    const smoe::Corpus s = smoe::Corpus::split(smoe::read_file(shakespeare), 4);
+    REQUIRE(s.train.size() + s.valid.size() == 1115394);
+    REQUIRE(s.valid.size() == 111539);
+  }
+}
