@@ -3,6 +3,8 @@
 // then in block order, so any thread count gives the same bits.
 #pragma once
 
+#include <Eigen/Core>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -53,6 +55,9 @@ class CpuBackend {
     SSR_OMP(parallel for schedule(static) num_threads(nt) reduction(min : first))
     for (index_t i = 0; i < m; ++i) {
       const T* row = s.row(i);
+      // x - x is 0 for finite x and NaN otherwise, so a row is finite when the sum is 0: one vector pass.
+      const Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>> r(row, 1, n);
+      if ((r - r).sum() == T(0)) continue;
       for (index_t j = 0; j < n; ++j) {
         if (!std::isfinite(row[j])) {
           first = std::min(first, i * n + j);

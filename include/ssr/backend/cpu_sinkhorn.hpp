@@ -48,12 +48,12 @@ class CpuSinkhorn {
     T* gt = gt_.reserve(npz);  // g rounded to T: what both paths use
     T* ht = ht_.reserve(npz);  // h, the absorbed part of g
     T* partial = partial_.reserve(static_cast<std::size_t>(blocks * n));
-    T* scratch = scratch_.reserve(3 * npz * static_cast<std::size_t>(nt));  // rows t, e and part per thread
+    T* scratch = scratch_.reserve(4 * npz * static_cast<std::size_t>(nt));  // rows t, e, part and S per thread
     T* row_top = row_top_.reserve(static_cast<std::size_t>(m));  // c_i; f_i = -(row_top_i + log row_sum_i)
     T* row_sum = row_sum_.reserve(static_cast<std::size_t>(m));
     double* g = g_.reserve(static_cast<std::size_t>(n));
     double* colsum = colsum_.reserve(static_cast<std::size_t>(n));
-    double* xbuf = xbuf_.reserve(static_cast<std::size_t>(2 * n * nt));
+    double* xbuf = xbuf_.reserve(2 * npz * static_cast<std::size_t>(nt));
     std::fill(g, g + n, 0.0);
     std::fill(gt, gt + np, T(0));
     std::fill(ht, ht + np, T(0));
@@ -70,26 +70,47 @@ class CpuSinkhorn {
     SSR_OMP(parallel num_threads(nt))
     {
       const int tid = detail::thread_id();
-      T* t_buf = scratch + 3 * tid * np;
+      T* t_buf = scratch + 4 * tid * np;
       T* e_buf = t_buf + np;
       T* p_buf = e_buf + np;
-      double* x = xbuf + 2 * n * tid;
-      double* z = x + n;
+      T* s_buf = p_buf + np;
+      double* x = xbuf + 2 * np * tid;
+      double* z = x + np;
+      std::fill(z + n, z + np, 0.0);  // noise padding
 
-      // K = cost / xi, padded with -inf; Q = exp(K) (h = 0, c = 0).
-      SSR_OMP(for schedule(static))
-      for (index_t i = 0; i < m; ++i) {
-        if (spec.noisy()) detail::noise_row(spec, i, n, z);
-        detail::cost_row(s.row(i), n, spec.cost, spec.noisy() ? z : nullptr, x);
-        T* krow = logk + i * np;
-        detail::kernel_row(x, n, spec.sinkhorn.xi, krow);
-        std::fill(krow + n, krow + np, -std::numeric_limits<T>::infinity());
-        Aligned<Row>(q + i * np, 1, np) = Aligned<const Row>(krow, 1, np).exp();
-        row_top[i] = T(0);
-        if (!out.noise.empty()) {
-          T* d = out.noise.row(i);
-          for (index_t j = 0; j < n; ++j) d[j] = spec.noisy() ? static_cast<T>(z[j]) : T(0);
+      // Row i of one pass: t = Q_i * v into t_buf, r = sum t; the row's plan t / r goes into the block's
+      // column sums in p_buf.
+      auto pass_row = [&](index_t i) {
+        const T* qrow = q + i * np;
+        Chunk acc = Chunk::Zero();
+        for (index_t c = 0; c < np; c += W) {
+          const Chunk t = At<const Chunk>(qrow + c) * At<const Chunk>(v + c);
+          At<Chunk>(t_buf + c) = t;
+          acc += t;
         }
+        const T r = acc.sum();  // >= exp(-bound): Q has a 1 in the row
+        const T inv = T(1) / r;
+        for (index_t c = 0; c < np; c += W) At<Chunk>(p_buf + c) += At<const Chunk>(t_buf + c) * inv;
+        row_sum[i] = r;
+      };
+
+      // K = cost / xi, padded with -inf; Q = exp(K) (h = 0, c = 0); and with it the first pass.
+      SSR_OMP(for schedule(static))
+      for (index_t b = 0; b < blocks; ++b) {
+        std::fill(p_buf, p_buf + np, T(0));
+        for (index_t i = b * rows; i < std::min(m, (b + 1) * rows); ++i) {
+          if (spec.noisy()) detail::noise_row(spec, i, n, z);
+          T* krow = logk + i * np;
+          kernel_row(s.row(i), n, np, spec, spec.noisy() ? z : nullptr, s_buf, x, krow);
+          for (index_t c = 0; c < np; c += W) At<Chunk>(q + i * np + c) = At<const Chunk>(krow + c).exp();
+          row_top[i] = T(0);
+          if (!out.noise.empty()) {
+            T* d = out.noise.row(i);
+            for (index_t j = 0; j < n; ++j) d[j] = spec.noisy() ? static_cast<T>(z[j]) : T(0);
+          }
+          pass_row(i);
+        }
+        std::copy(p_buf, p_buf + n, partial + b * n);
       }
 
       // Row i in the log domain: a = K_i + g into t_buf, e = exp(a - max a) into e_buf; returns the sum
@@ -103,27 +124,6 @@ class CpuSinkhorn {
       };
 
       for (;;) {
-        if (absorb) {
-          SSR_OMP(for schedule(static))
-          for (index_t i = 0; i < m; ++i) {
-            Aligned<Row> a(t_buf, 1, np);
-            a = Aligned<const Row>(logk + i * np, 1, np) + Aligned<const Row>(ht, 1, np);
-            row_top[i] = a.maxCoeff();
-            Aligned<Row>(q + i * np, 1, np) = (a - row_top[i]).exp();
-          }
-        }
-        SSR_OMP(for schedule(static))
-        for (index_t b = 0; b < blocks; ++b) {
-          Aligned<Row> part(p_buf, 1, np), t(t_buf, 1, np);
-          part.setZero();
-          for (index_t i = b * rows; i < std::min(m, (b + 1) * rows); ++i) {
-            t = Aligned<const Row>(q + i * np, 1, np) * Aligned<const Row>(v, 1, np);
-            const T r = t.sum();  // >= exp(-bound): Q has a 1 in the row
-            part += t * (T(1) / r);
-            row_sum[i] = r;
-          }
-          std::copy(p_buf, p_buf + n, partial + b * n);
-        }
         SSR_OMP(single)
         {
           ++iterations;
@@ -137,24 +137,50 @@ class CpuSinkhorn {
           if (!done) absorb = update_columns(logk, np, row_top, row_sum, m, n, target, tiny, colsum, g, gt, ht, v);
         }
         if (done) break;
+        if (absorb) {
+          SSR_OMP(for schedule(static))
+          for (index_t i = 0; i < m; ++i) {
+            Aligned<Row> a(t_buf, 1, np);
+            a = Aligned<const Row>(logk + i * np, 1, np) + Aligned<const Row>(ht, 1, np);
+            row_top[i] = a.maxCoeff();
+            Aligned<Row>(q + i * np, 1, np) = (a - row_top[i]).exp();
+          }
+        }
+        SSR_OMP(for schedule(static))
+        for (index_t b = 0; b < blocks; ++b) {
+          std::fill(p_buf, p_buf + np, T(0));
+          for (index_t i = b * rows; i < std::min(m, (b + 1) * rows); ++i) pass_row(i);
+          std::copy(p_buf, p_buf + n, partial + b * n);
+        }
       }
 
-      // The plan of the last pass, in the log domain: its top-k, weights and, when asked, the plan itself.
+      // The plan of the last pass, t / r, from Q and v without exp: its top-k, weights and, when asked,
+      // the plan itself. Where a chosen expert's Q has underflowed below tiny, the values near it have
+      // lost precision and could tie, so that row is redone in the log domain, where the ranking is exact.
       SSR_OMP(for schedule(static))
       for (index_t i = 0; i < m; ++i) {
-        T top;
-        const T sum = log_row(i, top);
         std::int32_t* idx = out.experts.row(i);
-        detail::topk_row(t_buf, n, spec.k, idx);  // ranking by log Pi: exact where Pi would tie
+        const T* qrow = q + i * np;
+        for (index_t c = 0; c < np; c += W) At<Chunk>(t_buf + c) = At<const Chunk>(qrow + c) * At<const Chunk>(v + c);
+        topk_row(t_buf, n, np, spec.k, idx);
+        bool exact = true;
+        for (int r = 0; r < spec.k; ++r) exact = exact && qrow[idx[r]] >= tiny;
+        const T* p_row = t_buf;
+        T inv = T(1) / row_sum[i];
+        if (!exact) {
+          T top;
+          inv = T(1) / log_row(i, top);
+          topk_row(t_buf, n, np, spec.k, idx);  // ranking by log Pi: exact where Pi would tie
+          p_row = e_buf;
+        }
         if (spec.weights == Weights::plan) {
-          detail::plan_weights(e_buf, idx, spec.k, out.weights.row(i));
+          detail::plan_weights(p_row, idx, spec.k, out.weights.row(i));
         } else {
           detail::softmax_weights(s.row(i), idx, spec.k, out.weights.row(i));
         }
         if (!out.plan.empty()) {
           T* p = out.plan.row(i);
-          const T inv = T(1) / sum;
-          for (index_t j = 0; j < n; ++j) p[j] = e_buf[j] * inv;
+          for (index_t j = 0; j < n; ++j) p[j] = p_row[j] * inv;
         }
       }
     }
@@ -164,9 +190,107 @@ class CpuSinkhorn {
   }
 
  private:
+  static constexpr index_t W = CpuTuning::pad;
   using Row = Eigen::Array<T, 1, Eigen::Dynamic>;
+  using Chunk = Eigen::Array<T, W, 1>;
+  using DChunk = Eigen::Array<double, W, 1>;
+  // Rows of padded buffers start at multiples of W elements of an AlignedBuffer: 32-byte aligned.
   template <class A>
-  using Aligned = Eigen::Map<A, Eigen::Aligned64>;
+  using Aligned = Eigen::Map<A, Eigen::Aligned32>;
+  template <class A>
+  using At = Eigen::Map<A, Eigen::Aligned32>;
+
+  // Row i of the kernel, K = clamp((x - max(-bound, max x)) / xi, -bound, 0) with x = clamp(c(S_i) - max c + z,
+  // -bound, bound), padded with -inf: bit for bit detail::cost_row followed by detail::kernel_row, in
+  // fixed-size chunks of doubles. s_buf (np elements of T) and x (np doubles) are scratch; z is the noise,
+  // padded with zeros, or null.
+  static void kernel_row(const T* s, index_t n, index_t np, const RouteSpec& spec, const double* z, T* s_buf, double* x,
+                         T* k) {
+    const double bound = detail::cost_bound<T>(), xi = spec.sinkhorn.xi;
+    if (n != np) {  // a padded copy, whose padding changes no maximum
+      std::copy(s, s + n, s_buf);
+      std::fill(s_buf + n, s_buf + np, -std::numeric_limits<T>::infinity());
+      s = s_buf;
+    }
+    using In = Eigen::Map<const Chunk>;  // the caller's rows may lie anywhere
+    Chunk smax = In(s);
+    for (index_t c = W; c < np; c += W) smax = smax.max(In(s + c));  // exact: any order gives the same
+    const double top = static_cast<double>(smax.maxCoeff());
+    // Without noise the row's maximum of x is the +0 of its top element, so max(-bound, max x) is 0 and
+    // K = clamp(x / xi) needs no second pass; (x - 0) / xi and x / xi are the same bits.
+    // Each Eigen expression holds one scalar type, so that it runs in packets; conversions are plain loops.
+    if (spec.cost == Cost::linear && !z) {
+      for (index_t c = 0; c < np; c += W) {
+        DChunk xc;
+        for (index_t l = 0; l < W; ++l) xc[l] = static_cast<double>(s[c + l]);
+        xc = ((xc - top).max(-bound).min(bound) / xi).max(-bound).min(0.0);
+        for (index_t l = 0; l < W; ++l) k[c + l] = static_cast<T>(xc[l]);
+      }
+    } else {
+      if (spec.cost == Cost::linear) {
+        for (index_t j = 0; j < np; ++j) x[j] = static_cast<double>(s[j]);
+        for (index_t c = 0; c < np; c += W) At<DChunk>(x + c) -= top;
+      } else {
+        double sum = 0;
+        for (index_t j = 0; j < n; ++j) sum += (x[j] = std::exp(static_cast<double>(s[j]) - top));
+        std::fill(x + n, x + np, 0.0);
+        const double shift = 1.0 / sum;
+        for (index_t c = 0; c < np; c += W) At<DChunk>(x + c) = At<const DChunk>(x + c) / sum - shift;  // softmax minus 1/sum
+      }
+      // The padding's x is -inf or -1/sum before clamping and at most max x after, so it changes no maximum.
+      DChunk xmax = DChunk::Constant(-bound);
+      for (index_t c = 0; c < np; c += W) {
+        DChunk xc = At<const DChunk>(x + c);
+        if (z) xc += At<const DChunk>(z + c);
+        xc = xc.max(-bound).min(bound);
+        At<DChunk>(x + c) = xc;
+        xmax = xmax.max(xc);
+      }
+      const double xtop = xmax.maxCoeff();
+      for (index_t c = 0; c < np; c += W) At<DChunk>(x + c) = ((At<const DChunk>(x + c) - xtop) / xi).max(-bound).min(0.0);
+      for (index_t j = 0; j < np; ++j) k[j] = static_cast<T>(x[j]);
+    }
+    for (index_t j = n; j < np; ++j) k[j] = -std::numeric_limits<T>::infinity();
+  }
+
+  // detail::topk_row over a padded row whose padding never exceeds a real element (0 after real
+  // elements >= 0, or -inf): the same choice. For small k, k rounds of a vector maximum, each taking the
+  // first index that attains it (the lower index wins ties) and setting it aside; x is restored after.
+  // Otherwise insertion, where a chunk of W elements none of which beats the current k-th is skipped
+  // with one vector maximum.
+  static void topk_row(T* x, index_t n, index_t np, int k, std::int32_t* idx) {
+    if (k <= 4) {
+      T kept[4];
+      int r = 0;
+      for (; r < k; ++r) {
+        Chunk top = At<const Chunk>(x);
+        for (index_t c = W; c < np; c += W) top = top.max(At<const Chunk>(x + c));
+        const T best = top.maxCoeff();
+        index_t j = 0;
+        while (j < n && !(x[j] == best)) ++j;
+        if (j == n) break;  // only padding left: cannot happen, as real elements are at least the padding
+        idx[r] = static_cast<std::int32_t>(j);
+        kept[r] = x[j];
+        x[j] = -std::numeric_limits<T>::infinity();
+      }
+      for (int l = 0; l < r; ++l) x[idx[l]] = kept[l];
+      if (r == k) return;
+    }
+    int count = 0;
+    for (index_t j0 = 0; j0 < n; j0 += W) {
+      if (count == k && !(At<const Chunk>(x + j0).maxCoeff() > x[idx[k - 1]])) continue;
+      for (index_t j = j0; j < std::min(n, j0 + W); ++j) {
+        const T value = x[j];
+        if (count == k && !(value > x[idx[k - 1]])) continue;
+        int pos = count < k ? count++ : k - 1;
+        while (pos > 0 && value > x[idx[pos - 1]]) {
+          idx[pos] = idx[pos - 1];
+          --pos;
+        }
+        idx[pos] = static_cast<std::int32_t>(j);
+      }
+    }
+  }
 
   // g_j += log(m/n) - log(column sum j), which makes every column sum m/n; a column whose sum underflowed
   // gets g_j = log(m/n) - logsumexp_i(K_ij + f_i) instead. Then gt and v follow; returns true when h
