@@ -5,7 +5,8 @@
 #   bash cuda/run_gpu_checks.sh BUILD [OUT]
 # Runs the CUDA tests, the same under compute-sanitizer (memcheck, racecheck, synccheck) on a small grid,
 # ssr-route --backend cuda against the CPU backend, and the benchmarks against PyTorch
-# (cuda/bench/peers_cuda.py, when PyTorch with CUDA is installed). Logs go to OUT (default: BUILD/gpu-checks).
+# (cuda/bench/peers_cuda.py, when PyTorch with CUDA is installed). Logs go to OUT (default: BUILD/gpu-checks);
+# each check is stopped after SSR_CHECK_TIMEOUT seconds (default 600).
 set -uo pipefail
 build=${1:?usage: run_gpu_checks.sh BUILD [OUT]}
 out=${2:-$build/gpu-checks}
@@ -16,7 +17,7 @@ step() {  # step NAME COMMAND...: runs and logs one check, remembering a failure
   local name=$1
   shift
   echo "== $name: $*"
-  if "$@" >"$out/$name.log" 2>&1; then echo "   ok"; else echo "   FAILED (exit $?)"; status=1; fi
+  if timeout "${SSR_CHECK_TIMEOUT:-600}" "$@" >"$out/$name.log" 2>&1; then echo "   ok"; else echo "   FAILED (exit $?)"; status=1; fi
   tail -n 5 "$out/$name.log" | sed 's/^/   | /'
 }
 
