@@ -13,7 +13,7 @@ namespace smoe {
 
 struct RouterSettings {
   int k = 2;                 // experts per token (the paper's)
-  double p = 0.02;           // SSR's Sinkhorn probability per layer and step
+  double p = 0.05;           // SSR's Sinkhorn probability per layer and step (scaled for short runs)
   double noise_alpha = 0.05; // SSR's cost noise alpha * eps, eps ~ N(0, 1), in the "-noise" variants
 };
 
