@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -78,39 +79,33 @@ class CpuSinkhorn {
       double* z = x + np;
       std::fill(z + n, z + np, 0.0);  // noise padding
 
-      // Row i of one pass: t = Q_i * v into t_buf, r = sum t; the row's plan t / r goes into the block's
-      // column sums in p_buf.
-      auto pass_row = [&](index_t i) {
-        const T* qrow = q + i * np;
-        Chunk acc = Chunk::Zero();
-        for (index_t c = 0; c < np; c += W) {
-          const Chunk t = At<const Chunk>(qrow + c) * At<const Chunk>(v + c);
-          At<Chunk>(t_buf + c) = t;
-          acc += t;
+      // One pass over the rows of block b: for each row t = Q_i * v, r = sum t, and the row's plan t / r
+      // added into the block's column sums.
+      auto pass = [&](index_t b) {
+        const index_t i0 = b * rows, i1 = std::min(m, (b + 1) * rows);
+        switch (np / W) {  // the common widths with their accumulators in registers; the same bits
+          case 1: pass_block<1>(q, v, np, i0, i1, row_sum, p_buf); break;
+          case 2: pass_block<2>(q, v, np, i0, i1, row_sum, p_buf); break;
+          default: pass_block<0>(q, v, np, i0, i1, row_sum, p_buf); break;
         }
-        const T r = acc.sum();  // >= exp(-bound): Q has a 1 in the row
-        const T inv = T(1) / r;
-        for (index_t c = 0; c < np; c += W) At<Chunk>(p_buf + c) += At<const Chunk>(t_buf + c) * inv;
-        row_sum[i] = r;
+        std::copy(p_buf, p_buf + n, partial + b * n);
       };
 
       // K = cost / xi, padded with -inf; Q = exp(K) (h = 0, c = 0); and with it the first pass.
       SSR_OMP(for schedule(static))
       for (index_t b = 0; b < blocks; ++b) {
-        std::fill(p_buf, p_buf + np, T(0));
         for (index_t i = b * rows; i < std::min(m, (b + 1) * rows); ++i) {
           if (spec.noisy()) detail::noise_row(spec, i, n, z);
           T* krow = logk + i * np;
           kernel_row(s.row(i), n, np, spec, spec.noisy() ? z : nullptr, s_buf, x, krow);
-          for (index_t c = 0; c < np; c += W) At<Chunk>(q + i * np + c) = At<const Chunk>(krow + c).exp();
+          exp_row(krow, q + i * np, np);
           row_top[i] = T(0);
           if (!out.noise.empty()) {
             T* d = out.noise.row(i);
             for (index_t j = 0; j < n; ++j) d[j] = spec.noisy() ? static_cast<T>(z[j]) : T(0);
           }
-          pass_row(i);
         }
-        std::copy(p_buf, p_buf + n, partial + b * n);
+        pass(b);
       }
 
       // Row i in the log domain: a = K_i + g into t_buf, e = exp(a - max a) into e_buf; returns the sum
@@ -147,11 +142,7 @@ class CpuSinkhorn {
           }
         }
         SSR_OMP(for schedule(static))
-        for (index_t b = 0; b < blocks; ++b) {
-          std::fill(p_buf, p_buf + np, T(0));
-          for (index_t i = b * rows; i < std::min(m, (b + 1) * rows); ++i) pass_row(i);
-          std::copy(p_buf, p_buf + n, partial + b * n);
-        }
+        for (index_t b = 0; b < blocks; ++b) pass(b);
       }
 
       // The plan of the last pass, t / r, from Q and v without exp: its top-k, weights and, when asked,
@@ -199,6 +190,75 @@ class CpuSinkhorn {
   using Aligned = Eigen::Map<A, Eigen::Aligned32>;
   template <class A>
   using At = Eigen::Map<A, Eigen::Aligned32>;
+
+  // Rows [i0, i1) of one pass: t = Q_i * v, r = sum t (row_sum), part += t / r for the block's column sums.
+  // C > 0: rows of C chunks, v and part held in registers; C = 0: any width, part in memory. Both do the
+  // same operations in the same order.
+  template <int C>
+  static void pass_block(const T* q, const T* v, index_t np, index_t i0, index_t i1, T* row_sum, T* part_buf) {
+    if constexpr (C > 0) {
+      Chunk vc[C], part[C];
+      for (int c = 0; c < C; ++c) {
+        vc[c] = At<const Chunk>(v + c * W);
+        part[c].setZero();
+      }
+      for (index_t i = i0; i < i1; ++i) {
+        const T* qrow = q + i * np;
+        Chunk t[C];
+        Chunk acc = Chunk::Zero();
+        for (int c = 0; c < C; ++c) {
+          t[c] = At<const Chunk>(qrow + c * W) * vc[c];
+          acc += t[c];
+        }
+        const T r = acc.sum();  // >= exp(-bound): Q has a 1 in the row
+        const T inv = T(1) / r;
+        for (int c = 0; c < C; ++c) part[c] += t[c] * inv;
+        row_sum[i] = r;
+      }
+      for (int c = 0; c < C; ++c) At<Chunk>(part_buf + c * W) = part[c];
+    } else {
+      std::fill(part_buf, part_buf + np, T(0));
+      for (index_t i = i0; i < i1; ++i) {
+        const T* qrow = q + i * np;
+        Chunk acc = Chunk::Zero();
+        for (index_t c = 0; c < np; c += W) acc += At<const Chunk>(qrow + c) * At<const Chunk>(v + c);
+        const T r = acc.sum();
+        const T inv = T(1) / r;
+        for (index_t c = 0; c < np; c += W) At<Chunk>(part_buf + c) += (At<const Chunk>(qrow + c) * At<const Chunk>(v + c)) * inv;
+        row_sum[i] = r;
+      }
+    }
+  }
+
+  // out = exp(in) for np elements, a multiple of W. Floats: Cody-Waite reduction to r in [-ln2/2, ln2/2] and a degree-7
+  // polynomial (relative error below 1e-7), 2^k put in the exponent bits; inputs below -88 (-inf
+  // included) give 0 or the subnormals just above it, never NaN. Doubles: Eigen's exp.
+  static void exp_row(const T* in, T* out, index_t np) {
+    if constexpr (std::is_same<T, float>::value) {
+      using Bits = Eigen::Array<std::int32_t, W, 1>;
+      for (index_t c = 0; c < np; c += W) {
+        const Chunk x = At<const Chunk>(in + c).max(-88.0f).min(88.0f);
+        const Chunk kf = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round(x / ln2)
+        const Chunk r = (x - kf * 0.693359375f) - kf * -2.12194440e-4f;
+        Chunk y = r * 1.9875691500e-4f + 1.3981999507e-3f;
+        y = y * r + 8.3334519073e-3f;
+        y = y * r + 4.1665795894e-2f;
+        y = y * r + 1.6666665459e-1f;
+        y = y * r + 5.0000001201e-1f;
+        const Chunk p = (y * r) * r + r + 1.0f;
+        const Bits bits = (kf.template cast<std::int32_t>() + 127).template shiftLeft<23>();  // 2^k; 0 for k = -127
+        Chunk scale;
+        std::memcpy(scale.data(), bits.data(), sizeof(T) * W);
+        At<Chunk> o(out + c);
+        o = p * scale;
+      }
+    } else {
+      for (index_t c = 0; c < np; c += W) {
+        At<Chunk> o(out + c);
+        o = At<const Chunk>(in + c).exp();
+      }
+    }
+  }
 
   // Row i of the kernel, K = clamp((x - max(-bound, max x)) / xi, -bound, 0) with x = clamp(c(S_i) - max c + z,
   // -bound, bound), padded with -inf: bit for bit detail::cost_row followed by detail::kernel_row, in
@@ -267,7 +327,12 @@ class CpuSinkhorn {
         for (index_t c = W; c < np; c += W) top = top.max(At<const Chunk>(x + c));
         const T best = top.maxCoeff();
         index_t j = 0;
-        while (j < n && !(x[j] == best)) ++j;
+        if (n <= 32) {  // short rows: a scan without branches, from the end so the first match stays
+          j = n;
+          for (index_t l = n; l-- > 0;) j = x[l] == best ? l : j;
+        } else {
+          while (j < n && !(x[j] == best)) ++j;
+        }
         if (j == n) break;  // only padding left: cannot happen, as real elements are at least the padding
         idx[r] = static_cast<std::int32_t>(j);
         kept[r] = x[j];
