@@ -1,12 +1,21 @@
-// Micro-benchmarks: a Sinkhorn solve and its cost per iteration, softmax top-k routing, and the
-// machine's single-pass read bound over the same m x n matrix, all in one run.
+// Micro-benchmarks, all in one run: the Sinkhorn solve (per solve and per iteration), the same number of
+// iterations of a straightforward two-pass scaling loop and of a straightforward log-domain loop, the
+// machine's single-pass read bound over the same m x n matrix, and the routing throughput of every policy.
+//
+// Every shape of docs/performance.md is registered. Without --benchmark_filter the run leaves out
+// m = 10^6 and the Sinkhorn grid's n >= 128 at m = 65536 (minutes each); pass a filter to run them, e.g.
+// --benchmark_filter=/1000000/ or --benchmark_filter=. for everything. docs/performance.md gives the
+// filter of each table.
 #include <benchmark/benchmark.h>
 
 #include <ssr/router.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace {
@@ -22,14 +31,26 @@ std::vector<T> logits(ssr::index_t m, ssr::index_t n) {
   return s;
 }
 
-// Arguments: m, n, 1000 * xi, cost (0 linear, 1 softmax).
+// Counters of a loop that makes `passes` passes over an m x n matrix of T per benchmark iteration:
+// ns per element and pass, and GB/s of the matrix read.
+template <class T>
+void pass_counters(benchmark::State& state, double passes, ssr::index_t m, ssr::index_t n) {
+  const double elems = passes * static_cast<double>(m * n);
+  state.counters["ns_per_element_iteration"] =
+      benchmark::Counter(elems * 1e-9, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  state.counters["GB/s"] = benchmark::Counter(elems * sizeof(T) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// A converged solve through the Router: costs, iterations to tol = 1e-4 (at most 100), top-k and plan
+// weights. Arguments: m, n, 1000 * xi, cost (0 linear, 1 softmax). The per-iteration counters divide the
+// whole solve by its iterations, so they include the setup and the final plan.
 template <class T>
 void BM_SinkhornSolve(benchmark::State& state) {
   const ssr::index_t m = state.range(0), n = state.range(1), k = 2;
   const double xi = static_cast<double>(state.range(2)) / 1000;
   const auto cost = state.range(3) ? ssr::Cost::softmax : ssr::Cost::linear;
   const auto s = logits<T>(m, n);
-  ssr::Router<ssr::SinkhornTopK, ssr::CpuBackend<T>> router(ssr::SinkhornTopK(k, cost, {xi, 1e-4, 100}));
+  ssr::Router<ssr::SinkhornTopK, ssr::CpuBackend<T>> router(ssr::SinkhornTopK(k, cost, {xi, 1e-4, 100}, ssr::Weights::plan));
   std::vector<std::int32_t> experts(static_cast<std::size_t>(m * k));
   std::vector<T> weights(static_cast<std::size_t>(m * k));
   ssr::RouteInfo info;
@@ -37,34 +58,18 @@ void BM_SinkhornSolve(benchmark::State& state) {
     info = router.route({s.data(), m, n}, ssr::Context::train(0), {{experts.data(), m, k}, {weights.data(), m, k}});
     benchmark::DoNotOptimize(weights.data());
   }
-  // Per-iteration figures divide the whole solve (costs, iterations, final plan) by the iteration count.
-  const double iters = info.iterations, elems = static_cast<double>(m * n);
-  state.counters["iterations"] = iters;
-  state.counters["solve_ns_per_iteration"] =
-      benchmark::Counter(iters * 1e-9, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
-  state.counters["solve_ns_per_element_iteration"] =
-      benchmark::Counter(iters * elems * 1e-9, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
-  state.counters["solve_GB/s"] = benchmark::Counter(iters * elems * sizeof(T) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["sinkhorn_iterations"] = info.iterations;
+  state.counters["marginal_error"] = info.marginal_error;
+  state.counters["ns_per_iteration"] =
+      benchmark::Counter(info.iterations * 1e-9, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  pass_counters<T>(state, info.iterations, m, n);
 }
 
-template <class T>
-void BM_SoftmaxTopK(benchmark::State& state) {
-  const ssr::index_t m = state.range(0), n = state.range(1), k = state.range(2);
-  const auto s = logits<T>(m, n);
-  ssr::Router<ssr::SoftmaxTopK, ssr::CpuBackend<T>> router(ssr::SoftmaxTopK(static_cast<int>(k)));
-  std::vector<std::int32_t> experts(static_cast<std::size_t>(m * k));
-  std::vector<T> weights(static_cast<std::size_t>(m * k));
-  for (auto _ : state) {
-    router.route({s.data(), m, n}, ssr::Context::train(0), {{experts.data(), m, k}, {weights.data(), m, k}});
-    benchmark::DoNotOptimize(weights.data());
-  }
-  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(m), benchmark::Counter::kIsIterationInvariantRate);
-}
-
-// Exactly `iters` Sinkhorn iterations of each implementation, on the same costs: the library's solver
-// against a straightforward two-pass scaling loop and a straightforward log-domain loop. Arguments:
-// m, n, iterations. Setup (the kernel) is outside the timed loop for the peers and inside for the library
-// (which builds it on every call), so the library's figure is an upper bound on its iteration cost.
+// Exactly `iters` Sinkhorn iterations of each implementation on the same costs (xi = 0.5, linear): the
+// library's solver against a straightforward two-pass scaling loop and a straightforward log-domain loop.
+// Arguments: m, n, iterations. The cost of one iteration is the slope (t(21) - t(1)) / 20. The peers build
+// their kernel outside the timed loop; the library builds it on every call, and (t(1) - slope) is what it
+// spends outside its iterations.
 void BM_LibraryIterations(benchmark::State& state) {
   const ssr::index_t m = state.range(0), n = state.range(1), k = 2;
   const int iters = static_cast<int>(state.range(2));
@@ -76,8 +81,7 @@ void BM_LibraryIterations(benchmark::State& state) {
     router.route({s.data(), m, n}, ssr::Context::train(0), {{experts.data(), m, k}, {weights.data(), m, k}});
     benchmark::DoNotOptimize(weights.data());
   }
-  state.counters["ns_per_element_iteration"] = benchmark::Counter(
-      static_cast<double>(iters * m * n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  pass_counters<float>(state, iters, m, n);
 }
 
 // Scaling form, as usually written: K = exp(C / xi) once; each iteration one pass for u = 1 / (K v) and
@@ -104,8 +108,7 @@ void BM_TwoPassScaling(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(v.data());
   }
-  state.counters["ns_per_element_iteration"] = benchmark::Counter(
-      static_cast<double>(iters * m * n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  pass_counters<float>(state, iters, m, n);
 }
 
 // Log domain, as usually written: each iteration a row log-sum-exp pass and a column log-sum-exp pass.
@@ -136,41 +139,114 @@ void BM_LogDomainStraightforward(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(g.data());
   }
-  state.counters["ns_per_element_iteration"] = benchmark::Counter(
-      static_cast<double>(iters * m * n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  pass_counters<float>(state, iters, m, n);
 }
 
-// The read bound: one pass summing the m x n matrix, the least any iteration over it can cost.
+// The read bound: one pass summing the m x n matrix into 32 independent lanes (whole vector registers,
+// no dependency chain longer than one add per 32 elements), the least any iteration over it can cost.
 template <class T>
 void BM_ReadBound(benchmark::State& state) {
   const ssr::index_t m = state.range(0), n = state.range(1);
   const auto s = logits<T>(m, n);
+  using Lanes = Eigen::Array<T, 32, 1>;
+  const std::size_t whole = s.size() / 32 * 32;
   for (auto _ : state) {
-    T acc[8] = {};
-    for (std::size_t e = 0; e + 8 <= s.size(); e += 8)
-      for (int l = 0; l < 8; ++l) acc[l] += s[e + static_cast<std::size_t>(l)];
-    benchmark::DoNotOptimize(acc);
+    Lanes acc = Lanes::Zero();
+    for (std::size_t e = 0; e < whole; e += 32) acc += Eigen::Map<const Lanes>(s.data() + e);
+    T total = acc.sum();
+    for (std::size_t e = whole; e < s.size(); ++e) total += s[e];
+    benchmark::DoNotOptimize(total);
   }
-  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(m * n) * sizeof(T) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  pass_counters<T>(state, 1, m, n);
 }
 
-void shapes(benchmark::internal::Benchmark* b) {
-  for (long n : {8, 16, 128, 256})
-    for (long xi : {1000, 500, 100, 50})
-      for (long cost : {0, 1}) b->Args({24576, n, xi, cost});
+// Routing throughput of a policy (training calls; the step advances every call, so a selective policy
+// takes the Sinkhorn path with its probability p). Arguments: m, n, k.
+template <class Policy>
+void run_policy(benchmark::State& state, const Policy& policy) {
+  const ssr::index_t m = state.range(0), n = state.range(1), k = state.range(2);
+  const auto s = logits<float>(m, n);
+  ssr::Router<Policy, ssr::CpuBackend<float>> router(policy);
+  std::vector<std::int32_t> experts(static_cast<std::size_t>(m * k)), load(static_cast<std::size_t>(n));
+  std::vector<float> weights(static_cast<std::size_t>(m * k));
+  std::uint64_t step = 0, sinkhorn_calls = 0;
+  for (auto _ : state) {
+    const auto info = router.route({s.data(), m, n}, ssr::Context::train(step++),
+                                   {{experts.data(), m, k}, {weights.data(), m, k}, {load.data(), n}});
+    sinkhorn_calls += info.path == ssr::Path::sinkhorn;
+    benchmark::DoNotOptimize(weights.data());
+  }
+  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(m), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["sinkhorn_share"] = static_cast<double>(sinkhorn_calls) / static_cast<double>(std::max<std::uint64_t>(step, 1));
+}
+
+int k_of(benchmark::State& state) { return static_cast<int>(state.range(2)); }
+
+void BM_Route_SoftmaxTopK(benchmark::State& state) { run_policy(state, ssr::SoftmaxTopK(k_of(state))); }
+void BM_Route_SinkhornTopK_PlanWeights(benchmark::State& state) {
+  run_policy(state, ssr::SinkhornTopK(k_of(state), ssr::Cost::linear, {}, ssr::Weights::plan));
+}
+void BM_Route_SinkhornTopK_ScoreWeights(benchmark::State& state) {
+  run_policy(state, ssr::SinkhornTopK(k_of(state), ssr::Cost::linear, {}, ssr::Weights::scores));
+}
+void BM_Route_NoisySoftmaxTopK(benchmark::State& state) {
+  run_policy(state, ssr::NoisyCost<ssr::SoftmaxTopK>(ssr::SoftmaxTopK(k_of(state)), 1.0, 1.0));
+}
+void BM_Route_NoisySinkhornTopK(benchmark::State& state) {
+  run_policy(state, ssr::NoisyCost<ssr::SinkhornTopK>(ssr::SinkhornTopK(k_of(state), ssr::Cost::linear, {}, ssr::Weights::plan), 1.0, 1.0));
+}
+void BM_Route_SSR_p0001(benchmark::State& state) { run_policy(state, ssr::make_ssr(k_of(state), ssr::Cost::linear, 1e-3)); }
+void BM_Route_SSR_p1(benchmark::State& state) { run_policy(state, ssr::make_ssr(k_of(state), ssr::Cost::linear, 1.0)); }
+
+const long kMs[] = {4096, 24576, 65536, 1000000};
+const long kNs[] = {8, 16, 128, 256};
+
+void solve_grid(benchmark::internal::Benchmark* b) {
+  for (long m : kMs)
+    for (long n : kNs)
+      for (long xi : {1000, 500, 100, 50})
+        for (long cost : {0, 1}) b->Args({m, n, xi, cost});
+}
+void iteration_grid(benchmark::internal::Benchmark* b) {
+  for (long m : kMs)
+    for (long n : kNs)
+      for (long iters : {1, 21}) b->Args({m, n, iters});
+}
+void matrix_grid(benchmark::internal::Benchmark* b) {
+  for (long m : kMs)
+    for (long n : kNs) b->Args({m, n});
+}
+// The paper's shape first, then Mixtral, Switch and DeepSeek-V3.
+void policy_shapes(benchmark::internal::Benchmark* b) {
+  b->Args({24576, 16, 2})->Args({24576, 8, 2})->Args({24576, 128, 1})->Args({24576, 256, 8});
 }
 
 }  // namespace
 
-BENCHMARK_TEMPLATE(BM_SinkhornSolve, float)->Apply(shapes)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_TEMPLATE(BM_SoftmaxTopK, float)->Args({24576, 16, 2})->Args({24576, 8, 2})->Args({24576, 128, 1})->Args({24576, 256, 8})->Unit(benchmark::kMicrosecond)->UseRealTime();
-void iteration_shapes(benchmark::internal::Benchmark* b) {
-  for (long n : {8, 16, 128, 256})
-    for (long iters : {1, 21}) b->Args({24576, n, iters});
-}
-BENCHMARK(BM_LibraryIterations)->Apply(iteration_shapes)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_TwoPassScaling)->Apply(iteration_shapes)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_LogDomainStraightforward)->Apply(iteration_shapes)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_TEMPLATE(BM_ReadBound, float)->Args({24576, 8})->Args({24576, 16})->Args({24576, 128})->Args({24576, 256})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_TEMPLATE(BM_SinkhornSolve, float)->Apply(solve_grid)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_LibraryIterations)->Apply(iteration_grid)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_TwoPassScaling)->Apply(iteration_grid)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_LogDomainStraightforward)->Apply(iteration_grid)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_TEMPLATE(BM_ReadBound, float)->Apply(matrix_grid)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Route_SoftmaxTopK)->Apply(policy_shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Route_NoisySoftmaxTopK)->Apply(policy_shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Route_SinkhornTopK_PlanWeights)->Apply(policy_shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Route_SinkhornTopK_ScoreWeights)->Apply(policy_shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Route_NoisySinkhornTopK)->Apply(policy_shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Route_SSR_p0001)->Apply(policy_shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Route_SSR_p1)->Apply(policy_shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
-BENCHMARK_MAIN();
+// Without a filter, leave out the heavy shapes (see the top of this file).
+int main(int argc, char** argv) {
+  std::vector<char*> args(argv, argv + argc);
+  bool filtered = false;
+  for (int a = 1; a < argc; ++a) filtered = filtered || std::strncmp(argv[a], "--benchmark_filter", 18) == 0;
+  std::string default_filter = "--benchmark_filter=-/1000000/|BM_SinkhornSolve<float>/65536/(128|256)/";
+  if (!filtered) args.push_back(&default_filter[0]);
+  int count = static_cast<int>(args.size());
+  benchmark::Initialize(&count, args.data());
+  if (benchmark::ReportUnrecognizedArguments(count, args.data())) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
