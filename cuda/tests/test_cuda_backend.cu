@@ -1,6 +1,7 @@
 // CudaBackend against the CPU backend, on the GPU: the fused softmax top-k (float, and half / bfloat16
 // logits against float logits rounded the same way) and the fused Sinkhorn solve, over a grid of shapes.
-// Exit status 0 when every route agrees (Sinkhorn weights within 2e-6 for float, 1e-10 for double).
+// Exit status 0 when every route agrees: identical experts and load; weights within 1e-6 (softmax, float),
+// 1e-14 (softmax, double), 2e-6 (Sinkhorn, float) and 1e-10 (Sinkhorn, double).
 // Built for sm_80 and sm_90 by CI (which has no GPU); run it where a GPU is.
 #include <ssr/cuda/backend.cuh>
 #include <ssr/router.hpp>
@@ -10,6 +11,7 @@
 #include <thrust/device_vector.h>
 #include <thrust/host_vector.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -49,13 +51,21 @@ void compare(const Policy& policy, ssr::index_t m, ssr::index_t n, double tol, u
              {thrust::raw_pointer_cast(d_load.data()), n}});
   const thrust::host_vector<std::int32_t> e_gpu = d_e, load_gpu = d_load;
   const thrust::host_vector<T> w_gpu = d_w;
-  bool experts_equal = true, weights_close = true;
+  // A second backend gives the same bits: no order of addition depends on scheduling.
+  thrust::device_vector<T> d_w2(m * k);
+  ssr::Router<Policy, ssr::CudaBackend<T>> again(policy);
+  again.route({thrust::raw_pointer_cast(d_s.data()), m, n}, ctx,
+              {{thrust::raw_pointer_cast(d_e.data()), m, k}, {thrust::raw_pointer_cast(d_w2.data()), m, k}});
+  expect(thrust::host_vector<T>(d_w2) == w_gpu, "repeatable", m, n);
+  bool experts_equal = true;
+  double worst = 0;
   for (std::size_t i = 0; i < e_cpu.size(); ++i) {
     experts_equal = experts_equal && e_cpu[i] == e_gpu[i];
-    weights_close = weights_close && std::abs(static_cast<double>(w_cpu[i]) - static_cast<double>(w_gpu[i])) <= tol;
+    worst = std::max(worst, std::abs(static_cast<double>(w_cpu[i]) - static_cast<double>(w_gpu[i])));
   }
   expect(experts_equal, "experts", m, n);
-  expect(weights_close, "weights", m, n);
+  if (worst > tol) std::printf("  weights differ by up to %.3g (tolerance %.3g)\n", worst, tol);
+  expect(worst <= tol, "weights", m, n);
   expect(std::vector<std::int32_t>(load_gpu.begin(), load_gpu.end()) == load_cpu, "load", m, n);
 }
 
@@ -96,8 +106,10 @@ int main(int argc, char** argv) {
   const std::vector<ssr::index_t> ns = quick ? std::vector<ssr::index_t>{16, 100} : std::vector<ssr::index_t>{8, 16, 100, 128, 256, 512};
   for (ssr::index_t m : ms) {
     for (ssr::index_t n : ns) {
-      compare<float>(ssr::SoftmaxTopK(2), m, n, 0, 1);
-      compare<float>(ssr::SoftmaxTopK(8), m, n, 0, 2);
+      // The fused kernel computes float weights in float arithmetic, the CPU in double: a few float ulps apart.
+      compare<float>(ssr::SoftmaxTopK(2), m, n, 1e-6, 1);
+      compare<float>(ssr::SoftmaxTopK(8), m, n, 1e-6, 2);
+      compare<double>(ssr::SoftmaxTopK(2), m, n, 1e-14, 7);
       compare<float>(ssr::NoisyCost<ssr::SoftmaxTopK>(ssr::SoftmaxTopK(2), 0.2, 1.0), m, n, 1e-6, 3);
       compare<float>(ssr::SinkhornTopK(2), m, n, 2e-6, 4);
       compare<double>(ssr::SinkhornTopK(2, ssr::Cost::softmax, {0.1, 1e-6, 100}), m, n, 1e-10, 5);

@@ -1,6 +1,6 @@
 // CudaBackend<T>: the Thrust backend on the CUDA system plus fused kernels for the hot paths:
-// softmax top-k in one kernel (k <= fused_max_k), and Sinkhorn iterations that decide convergence on
-// the device (n up to 5120). Views hold device pointers; work runs on the backend's stream, and a
+// softmax top-k in one kernel (k <= fused_max_k), and the Sinkhorn iterations in one cooperative kernel
+// that decides convergence on the device (n up to 736, see sinkhorn_fits). Views hold device pointers; work runs on the backend's stream, and a
 // routing call returns once its results are in place.
 #pragma once
 
@@ -13,18 +13,13 @@
 #include <string>
 
 #include "ssr/backend/thrust.hpp"
+#include "ssr/cuda/check.cuh"
 #include "ssr/cuda/load.cuh"
 #include "ssr/cuda/sinkhorn.cuh"
 #include "ssr/cuda/softmax_topk.cuh"
 #include "ssr/error.hpp"
 
 namespace ssr {
-
-namespace cuda {
-inline void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw Error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(status));
-}
-}  // namespace cuda
 
 template <class T>
 class CudaBackend : public ThrustBackend<T> {
@@ -39,7 +34,7 @@ class CudaBackend : public ThrustBackend<T> {
     namespace k = detail::thrust_kernels;
     const index_t m = s.rows, n = s.cols;
     const bool fused_softmax = spec.path == Path::softmax && spec.k <= cuda::fused_max_k;
-    const bool fused_sinkhorn = spec.path == Path::sinkhorn && cuda::sinkhorn_warps(n) >= 1;
+    const bool fused_sinkhorn = spec.path == Path::sinkhorn && cuda::sinkhorn_fits(n);
     if (m == 0 || !(fused_softmax || fused_sinkhorn)) {
       RouteOutputs<T> rest = out;
       rest.load = {};
@@ -56,19 +51,21 @@ class CudaBackend : public ThrustBackend<T> {
       cuda::softmax_topk<T, T>(s, spec, out.experts, out.weights, out.noise, stream_);
       cuda::check(cudaGetLastError(), "softmax_topk");
     } else {
-      const index_t blocks = (m + ThrustTuning::block_rows - 1) / ThrustTuning::block_rows;
+      const auto ws = cuda::SinkhornWorkspace::of(m, n);
       grow(logk_, m * n);
-      grow(f_, m);
-      grow(g_, n);
-      grow(partial_, blocks * n);
-      grow(colsum_, n);
+      grow(f_, ws.f);
+      grow(g_, ws.g);
+      grow(partial_, ws.partial);
+      grow(colsum_, ws.colsum);
+      grow(colerr_, ws.colerr);
       if (state_.size() == 0) state_.resize(1);
       T* logk = thrust::raw_pointer_cast(logk_.data());
       double* g = thrust::raw_pointer_cast(g_.data());
       thrust::for_each(policy, zero, zero + m, k::KernelRow<T>{spec, s, logk, out.noise});
       const cuda::SinkhornState st = cuda::sinkhorn_iterate<T>(
           logk, thrust::raw_pointer_cast(f_.data()), g, thrust::raw_pointer_cast(partial_.data()),
-          thrust::raw_pointer_cast(colsum_.data()), thrust::raw_pointer_cast(state_.data()), m, n, spec.sinkhorn, stream_);
+          thrust::raw_pointer_cast(colsum_.data()), thrust::raw_pointer_cast(colerr_.data()),
+          thrust::raw_pointer_cast(state_.data()), m, n, spec.sinkhorn, stream_);
       cuda::check(cudaGetLastError(), "sinkhorn");
       info.iterations = st.iterations;
       info.marginal_error = st.err;
@@ -99,7 +96,7 @@ class CudaBackend : public ThrustBackend<T> {
 
   cudaStream_t stream_ = nullptr;
   thrust::device_vector<T> logk_;
-  thrust::device_vector<double> f_, g_, partial_, colsum_;
+  thrust::device_vector<double> f_, g_, partial_, colsum_, colerr_;
   thrust::device_vector<cuda::SinkhornState> state_;
 };
 

@@ -1,17 +1,26 @@
-// Fused Sinkhorn iterations on the GPU. One iteration is two kernels: a row pass that reads K once
-// (each warp a row: f_i by warp reductions, the row's plan added to its warp's column sums in shared
-// memory, the warps' sums added in warp order per block of rows), and a one-block update that adds the
-// blocks' sums in block order, computes the column error, decides convergence on the device and
-// updates g. The host enqueues up to max_iters iterations without waiting; once the device has
-// decided, the remaining launches return at once. One read-back at the end gives iterations and error.
+// Fused Sinkhorn iterations on the GPU: the whole solve is one cooperative kernel, so neither the
+// iterations nor the convergence test cost a launch or a host round trip.
+//
+// Per iteration, two grid-wide barriers:
+//   1. rows: each row block (rows_per_block(m) rows, a warp per row) computes its rows' potentials f_i
+//      and adds its plan into per-warp column sums in shared memory, then writes the block's column
+//      sums, added in warp order, to partial[block];
+//   2. columns: each column's block sums are added in a fixed order (a strided pass then a fixed tree),
+//      giving its plan sum, its share of the error and its next potential (written to the other half
+//      of g, so the current one stays intact);
+//   3. every block adds the columns' errors in the same fixed order, so all reach the same decision.
+// The partition into row blocks and every order of addition depend on the shape only, not on the grid
+// size or the GPU, so a solve gives the same bits on every run and every device.
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
 
 #include "ssr/backend/thrust.hpp"
+#include "ssr/cuda/check.cuh"
 #include "ssr/view.hpp"
 
 namespace ssr {
@@ -23,99 +32,152 @@ struct SinkhornState {
   double err;
 };
 
+constexpr int sinkhorn_threads = 256;  // 8 warps per block
+constexpr int sinkhorn_warps = sinkhorn_threads / 32;
+
+// Rows per row block: enough blocks to fill a large GPU at any m, at most 256 rows, a multiple of the
+// warp count. A function of m alone.
+inline index_t rows_per_block(index_t m) {
+  const index_t want = (m + 2047) / 2048;
+  const index_t rounded = (want + sinkhorn_warps - 1) / sinkhorn_warps * sinkhorn_warps;
+  return rounded < sinkhorn_warps ? sinkhorn_warps : rounded > 256 ? 256 : rounded;
+}
+
+inline index_t row_blocks(index_t m) { return (m + rows_per_block(m) - 1) / rows_per_block(m); }
+
+// Shared memory of the solve kernel for n experts; the fused path needs it to fit in 48 KiB.
+inline std::size_t sinkhorn_shared_bytes(index_t n) {
+  return static_cast<std::size_t>(sinkhorn_warps * n + sinkhorn_threads) * sizeof(double);
+}
+inline bool sinkhorn_fits(index_t n) { return sinkhorn_shared_bytes(n) <= 48 * 1024; }
+
 namespace detail {
 
-constexpr int update_threads = 256;
-
-template <class T>
-__global__ void sinkhorn_rows(const T* logk, const double* g, double* f, double* partial, index_t m, index_t n,
-                              const SinkhornState* state) {
-  if (state->done) return;
-  extern __shared__ double warp_sums[];  // warps x n
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  double* mine = warp_sums + warp * n;
-  for (index_t j = lane; j < n; j += 32) mine[j] = 0;
-  const index_t first = static_cast<index_t>(blockIdx.x) * ThrustTuning::block_rows;
-  const index_t last = first + ThrustTuning::block_rows < m ? first + ThrustTuning::block_rows : m;
-  for (index_t i = first + warp; i < last; i += warps) {
-    const T* k = logk + i * n;
-    double top = -INFINITY;
-    for (index_t j = lane; j < n; j += 32) top = fmax(top, static_cast<double>(k[j]) + g[j]);
-    for (int o = 16; o > 0; o >>= 1) top = fmax(top, __shfl_xor_sync(0xffffffffu, top, o));
-    double sum = 0;
-    for (index_t j = lane; j < n; j += 32) sum += exp(static_cast<double>(k[j]) + g[j] - top);
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    const double fi = -(top + log(sum));
-    if (lane == 0) f[i] = fi;
-    for (index_t j = lane; j < n; j += 32) mine[j] += exp(static_cast<double>(k[j]) + g[j] + fi);
-  }
+// The sum over t of values(t), t in [0, count), in an order fixed by count: each thread adds a strided
+// subset in order, then a fixed tree over the threads. Every thread of the block returns the sum.
+template <class Values>
+__device__ double block_sum(index_t count, Values values, double* scratch) {
+  double local = 0;
+  for (index_t t = threadIdx.x; t < count; t += blockDim.x) local += values(t);
+  __syncthreads();  // scratch may still be read from the previous call
+  scratch[threadIdx.x] = local;
   __syncthreads();
-  for (index_t j = threadIdx.x; j < n; j += blockDim.x) {
-    double total = 0;
-    for (int w = 0; w < warps; ++w) total += warp_sums[w * n + j];
-    partial[static_cast<index_t>(blockIdx.x) * n + j] = total;
+  for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
+    if (static_cast<int>(threadIdx.x) < stride) scratch[threadIdx.x] += scratch[threadIdx.x + stride];
+    __syncthreads();
   }
+  return scratch[0];
 }
 
 template <class T>
-__global__ void sinkhorn_update(const T* logk, const double* f, const double* partial, double* colsum, double* g, index_t m,
-                                index_t n, index_t blocks, double tol, int max_iters, SinkhornState* state) {
-  if (state->done) return;
-  __shared__ double reduce[update_threads];
-  __shared__ int done;
+__global__ void __launch_bounds__(sinkhorn_threads) sinkhorn_solve(const T* logk, double* f, double* g, double* partial,
+                                                                    double* colsum, double* colerr, index_t m, index_t n,
+                                                                    index_t rows, double tol, int max_iters,
+                                                                    SinkhornState* state) {
+  namespace cg = cooperative_groups;
+  cg::grid_group grid = cg::this_grid();
+  extern __shared__ double shared[];
+  double* warp_sums = shared;                               // warps x n
+  double* scratch = shared + sinkhorn_warps * n;            // threads
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const index_t blocks = (m + rows - 1) / rows;
   const double target = static_cast<double>(m) / static_cast<double>(n);
-  double local = 0;
-  for (index_t j = threadIdx.x; j < n; j += blockDim.x) {
-    double sum = 0;
-    for (index_t b = 0; b < blocks; ++b) sum += partial[b * n + j];
-    colsum[j] = sum;
-    local += fabs(sum - target);
+  double* g_now = g;
+  double* g_next = g + n;
+  if (blockIdx.x == 0 && threadIdx.x == 0) *state = SinkhornState{0, 0, 0.0};
+
+  for (int it = 1;; ++it) {
+    // 1. Rows.
+    for (index_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+      double* mine = warp_sums + warp * n;
+      for (index_t j = lane; j < n; j += 32) mine[j] = 0;
+      const index_t first = b * rows, last = first + rows < m ? first + rows : m;
+      for (index_t i = first + warp; i < last; i += sinkhorn_warps) {
+        const T* k = logk + i * n;
+        double top = -INFINITY;
+        for (index_t j = lane; j < n; j += 32) top = fmax(top, static_cast<double>(k[j]) + g_now[j]);
+        for (int o = 16; o > 0; o >>= 1) top = fmax(top, __shfl_xor_sync(0xffffffffu, top, o));
+        double sum = 0;
+        for (index_t j = lane; j < n; j += 32) sum += exp(static_cast<double>(k[j]) + g_now[j] - top);
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        const double fi = -(top + log(sum));
+        if (lane == 0) f[i] = fi;
+        for (index_t j = lane; j < n; j += 32) mine[j] += exp(static_cast<double>(k[j]) + g_now[j] + fi);
+      }
+      __syncthreads();
+      for (index_t j = threadIdx.x; j < n; j += blockDim.x) {
+        double total = 0;
+        for (int w = 0; w < sinkhorn_warps; ++w) total += warp_sums[w * n + j];
+        partial[b * n + j] = total;
+      }
+      __syncthreads();
+    }
+    grid.sync();
+
+    // 2. Columns: plan sums, errors, next potentials.
+    for (index_t j = blockIdx.x; j < n; j += gridDim.x) {
+      const double sum = block_sum(blocks, [=](index_t b) { return partial[b * n + j]; }, scratch);
+      if (threadIdx.x == 0) {
+        colsum[j] = sum;
+        colerr[j] = fabs(sum - target);
+        g_next[j] = ssr::detail::thrust_kernels::next_column_potential(logk, f, m, n, j, sum, g_now[j]);
+      }
+    }
+    grid.sync();
+
+    // 3. The decision, the same in every block.
+    const double err = block_sum(n, [=](index_t j) { return colerr[j]; }, scratch) / static_cast<double>(m);
+    if (err < tol || it >= max_iters) {
+      if (blockIdx.x == 0) {
+        // The solve ends with the potentials its last row pass used.
+        if (g_now != g)
+          for (index_t j = threadIdx.x; j < n; j += blockDim.x) g[j] = g_now[j];
+        if (threadIdx.x == 0) *state = SinkhornState{1, it, err};
+      }
+      return;
+    }
+    double* swap = g_now;
+    g_now = g_next;
+    g_next = swap;
   }
-  reduce[threadIdx.x] = local;
-  __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
-    if (static_cast<int>(threadIdx.x) < stride) reduce[threadIdx.x] += reduce[threadIdx.x + stride];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) {
-    const double err = reduce[0] / static_cast<double>(m);
-    state->iterations += 1;
-    state->err = err;
-    done = err < tol || state->iterations >= max_iters;
-    state->done = done;
-  }
-  __syncthreads();
-  if (done) return;
-  for (index_t j = threadIdx.x; j < n; j += blockDim.x)
-    g[j] = ssr::detail::thrust_kernels::next_column_potential(logk, f, m, n, j, colsum[j], g[j]);
 }
 
 }  // namespace detail
 
-// Warps per row-pass block for n experts: the warps' column sums must fit in shared memory.
-inline int sinkhorn_warps(index_t n) {
-  const index_t fit = 40960 / (n * static_cast<index_t>(sizeof(double)));
-  return fit >= 8 ? 8 : static_cast<int>(fit);
-}
+// Workspace sizes of sinkhorn_iterate, in doubles.
+struct SinkhornWorkspace {
+  index_t f, g, partial, colsum, colerr;
+  static SinkhornWorkspace of(index_t m, index_t n) { return {m, 2 * n, row_blocks(m) * n, n, n}; }
+};
 
-// Runs the iterations on stream from g = 0; logk, f, g, partial, colsum and state are device memory.
-// Requires sinkhorn_warps(n) >= 1. Returns the state after the last iteration (one read-back).
+// Runs the solve on stream from g = 0: logk is m x n, and f, g, partial, colsum, colerr and state are
+// device memory of SinkhornWorkspace::of(m, n)'s sizes. Requires sinkhorn_fits(n). On return g[0, n)
+// holds the column potentials. Returns the state after the last iteration (one read-back).
 template <class T>
-SinkhornState sinkhorn_iterate(const T* logk, double* f, double* g, double* partial, double* colsum, SinkhornState* state,
-                               index_t m, index_t n, const SinkhornParams& params, cudaStream_t stream) {
-  const index_t blocks = (m + ThrustTuning::block_rows - 1) / ThrustTuning::block_rows;
-  const int warps = sinkhorn_warps(n);
+SinkhornState sinkhorn_iterate(const T* logk, double* f, double* g, double* partial, double* colsum, double* colerr,
+                               SinkhornState* state, index_t m, index_t n, const SinkhornParams& params,
+                               cudaStream_t stream) {
+  int device = 0, sms = 0, per_sm = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "multiprocessor count");
+  const std::size_t shared = sinkhorn_shared_bytes(n);
+  const auto kernel = detail::sinkhorn_solve<T>;
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, sinkhorn_threads, shared), "occupancy");
+  // Every block must be resident for the grid barrier; more than the work needs would only wait.
+  const index_t needed = row_blocks(m) > n ? row_blocks(m) : n;
+  const index_t resident = static_cast<index_t>(per_sm) * sms;
+  const unsigned grid = static_cast<unsigned>(needed < resident ? needed : resident);
   cudaMemsetAsync(g, 0, static_cast<std::size_t>(n) * sizeof(double), stream);
-  cudaMemsetAsync(state, 0, sizeof(SinkhornState), stream);
-  for (int it = 0; it < params.max_iters; ++it) {
-    detail::sinkhorn_rows<T><<<static_cast<unsigned>(blocks), 32 * warps, static_cast<std::size_t>(warps * n) * sizeof(double), stream>>>(
-        logk, g, f, partial, m, n, state);
-    detail::sinkhorn_update<T><<<1, detail::update_threads, 0, stream>>>(logk, f, partial, colsum, g, m, n, blocks, params.tol,
-                                                                          params.max_iters, state);
-  }
+  index_t rows = rows_per_block(m);
+  int max_iters = params.max_iters;
+  double tol = params.tol;
+  void* args[] = {&logk, &f, &g, &partial, &colsum, &colerr, &m, &n, &rows, &tol, &max_iters, &state};
+  check(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(sinkhorn_threads), args,
+                                    shared, stream),
+        "sinkhorn_solve launch");
   SinkhornState host{};
-  cudaMemcpyAsync(&host, state, sizeof(SinkhornState), cudaMemcpyDeviceToHost, stream);
-  cudaStreamSynchronize(stream);
+  check(cudaMemcpyAsync(&host, state, sizeof(SinkhornState), cudaMemcpyDeviceToHost, stream), "sinkhorn state");
+  check(cudaStreamSynchronize(stream), "sinkhorn_solve");
   return host;
 }
 

@@ -1,5 +1,6 @@
-// Fused softmax top-k: one warp per token reads the row once, keeps each lane's best k in registers,
-// merges them across the warp (ties to the lower index), and writes experts and weights.
+// Fused softmax top-k: a group of lanes per token (4, 16 or 32 by n) reads the row once, keeps each
+// lane's best k in registers, merges them across the group (ties to the lower index), and writes
+// experts and weights.
 // Logits may be float, double, __half or __nv_bfloat16; arithmetic is float (double for double).
 #pragma once
 
@@ -42,27 +43,30 @@ __device__ inline bool better(V a, int ia, V b, int ib) {
   return a > b || (a == b && ia < ib);
 }
 
-// Softmax top-k of rows; K is the compile-time bound on k (k <= K).
-template <class In, class Out, int K>
+// Softmax top-k of rows; K is the compile-time bound on k (k <= K). Each row is read by a group of
+// Lanes lanes of a warp (Lanes a power of two up to 32), so small n does not leave most of a warp idle.
+template <class In, class Out, int K, int Lanes>
 __global__ void softmax_topk_kernel(ConstMatrixView<In> s, RouteSpec spec, MatrixView<std::int32_t> experts,
                                     MatrixView<Out> weights, MatrixView<Out> noise) {
   using V = compute_t<In>;
-  const int lane = threadIdx.x & 31;
-  const index_t row = (static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  if (row >= s.rows) return;
-  const In* in = s.row(row);
-  const index_t n = s.cols;
+  constexpr unsigned all = 0xffffffffu;
+  const int sub = threadIdx.x & (Lanes - 1);
+  const index_t row = (static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x) / Lanes;
+  // Groups past the last row stay to the end: the shuffles below need every lane of the warp.
+  const bool live = row < s.rows;
+  const In* in = live ? s.row(row) : s.data;
+  const index_t n = live ? s.cols : 0;
   const int k = spec.k;
 
   // With noise the score is the noisy shifted cost: it needs the row maximum and, for the softmax
-  // cost, the normaliser, reduced across the warp.
+  // cost, the normaliser, reduced across the group.
   V top = -INFINITY, sum = 0;
   if (spec.noisy()) {
-    for (index_t j = lane; j < n; j += 32) top = max(top, load(in + j));
-    for (int o = 16; o > 0; o >>= 1) top = max(top, __shfl_xor_sync(0xffffffffu, top, o));
+    for (index_t j = sub; j < n; j += Lanes) top = max(top, load(in + j));
+    for (int o = Lanes / 2; o > 0; o >>= 1) top = max(top, __shfl_xor_sync(all, top, o, Lanes));
     if (spec.cost == Cost::softmax) {
-      for (index_t j = lane; j < n; j += 32) sum += exp(load(in + j) - top);
-      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      for (index_t j = sub; j < n; j += Lanes) sum += exp(load(in + j) - top);
+      for (int o = Lanes / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(all, sum, o, Lanes);
     }
   }
   auto score = [&](index_t j, V v) -> V {
@@ -74,14 +78,14 @@ __global__ void softmax_topk_kernel(ConstMatrixView<In> s, RouteSpec spec, Matri
     return c + z;
   };
 
-  // Each lane's best K of its columns j = lane, lane + 32, ..., sorted.
+  // Each lane's best K of its columns j = sub, sub + Lanes, ..., sorted.
   V best[K];
   int idx[K];
   for (int r = 0; r < K; ++r) {
     best[r] = -INFINITY;
     idx[r] = 0x7fffffff;
   }
-  for (index_t j = lane; j < n; j += 32) {
+  for (index_t j = sub; j < n; j += Lanes) {
     const V v = score(j, load(in + j));
     if (!better(v, static_cast<int>(j), best[k - 1], idx[k - 1])) continue;
     int pos = k - 1;
@@ -94,33 +98,51 @@ __global__ void softmax_topk_kernel(ConstMatrixView<In> s, RouteSpec spec, Matri
     idx[pos] = static_cast<int>(j);
   }
 
-  // k rounds of a warp arg-max over the lanes' heads; the winning lane pops its head.
+  // k rounds of an arg-max over the group's heads; the winning lane pops its head.
   int head = 0;
-  V wsum = 0, wtop = 0;
-  std::int32_t* out_idx = experts.row(row);
+  int chosen[K];
+  V logit[K];
+  V wtop = -INFINITY;
   for (int r = 0; r < k; ++r) {
     V v = head < K ? best[head] : -INFINITY;
     int j = head < K ? idx[head] : 0x7fffffff;
-    for (int o = 16; o > 0; o >>= 1) {
-      const V ov = __shfl_xor_sync(0xffffffffu, v, o);
-      const int oj = __shfl_xor_sync(0xffffffffu, j, o);
+    for (int o = Lanes / 2; o > 0; o >>= 1) {
+      const V ov = __shfl_xor_sync(all, v, o, Lanes);
+      const int oj = __shfl_xor_sync(all, j, o, Lanes);
       if (better(ov, oj, v, j)) {
         v = ov;
         j = oj;
       }
     }
     if (head < K && idx[head] == j) ++head;
-    if (lane == 0) out_idx[r] = j;
-    const V logit = load(in + j);  // weights use the clean logits
-    if (r == 0) wtop = logit;
-    wtop = max(wtop, logit);
+    chosen[r] = j;
+    if (live) logit[r] = load(in + j);  // weights use the clean logits
+    wtop = live ? max(wtop, logit[r]) : wtop;
   }
-  if (lane == 0) {
-    for (int r = 0; r < k; ++r) wsum += exp(load(in + out_idx[r]) - wtop);
-    for (int r = 0; r < k; ++r) weights(row, r) = static_cast<Out>(exp(load(in + out_idx[r]) - wtop) / wsum);
+  if (!live) return;
+  if (sub == 0) {
+    V wsum = 0;
+    for (int r = 0; r < k; ++r) wsum += exp(logit[r] - wtop);
+    std::int32_t* out_idx = experts.row(row);
+    for (int r = 0; r < k; ++r) {
+      out_idx[r] = chosen[r];
+      weights(row, r) = static_cast<Out>(exp(logit[r] - wtop) / wsum);
+    }
   }
   if (!spec.noisy() && noise.data)
-    for (index_t j = lane; j < n; j += 32) noise(row, j) = Out(0);
+    for (index_t j = sub; j < n; j += Lanes) noise(row, j) = Out(0);
+}
+
+template <class In, class Out, int Lanes>
+void launch_softmax_topk(ConstMatrixView<In> s, const RouteSpec& spec, MatrixView<std::int32_t> experts,
+                         MatrixView<Out> weights, MatrixView<Out> noise, cudaStream_t stream) {
+  constexpr int threads = 256;
+  const auto blocks = static_cast<unsigned>((s.rows * Lanes + threads - 1) / threads);
+  if (spec.k <= 2) {
+    softmax_topk_kernel<In, Out, 2, Lanes><<<blocks, threads, 0, stream>>>(s, spec, experts, weights, noise);
+  } else {
+    softmax_topk_kernel<In, Out, fused_max_k, Lanes><<<blocks, threads, 0, stream>>>(s, spec, experts, weights, noise);
+  }
 }
 
 }  // namespace detail
@@ -129,13 +151,14 @@ __global__ void softmax_topk_kernel(ConstMatrixView<In> s, RouteSpec spec, Matri
 template <class In, class Out>
 void softmax_topk(ConstMatrixView<In> s, const RouteSpec& spec, MatrixView<std::int32_t> experts, MatrixView<Out> weights,
                   MatrixView<Out> noise, cudaStream_t stream) {
-  constexpr int threads = 256;
-  const auto blocks = static_cast<unsigned>((s.rows * 32 + threads - 1) / threads);
-  if (blocks == 0) return;
-  if (spec.k <= 2) {
-    detail::softmax_topk_kernel<In, Out, 2><<<blocks, threads, 0, stream>>>(s, spec, experts, weights, noise);
+  if (s.rows == 0) return;
+  // About four columns per lane: 4 lanes per row up to n = 16, 16 up to n = 64, else a whole warp.
+  if (s.cols <= 16) {
+    detail::launch_softmax_topk<In, Out, 4>(s, spec, experts, weights, noise, stream);
+  } else if (s.cols <= 64) {
+    detail::launch_softmax_topk<In, Out, 16>(s, spec, experts, weights, noise, stream);
   } else {
-    detail::softmax_topk_kernel<In, Out, fused_max_k><<<blocks, threads, 0, stream>>>(s, spec, experts, weights, noise);
+    detail::launch_softmax_topk<In, Out, 32>(s, spec, experts, weights, noise, stream);
   }
 }
 
