@@ -22,7 +22,9 @@ What is compared, for each shape (m tokens, n experts) at xi (default 0.5), floa
 Every peer runs on the same logits as the benchmark binary's generator (normal(0, 1) - 4 j / n; the exact
 values differ, the distribution is the same) with the same number of threads: OMP_NUM_THREADS, the BLAS
 thread variables and torch.set_num_threads are set to --threads (default 1) before anything starts.
-Times are medians of --repetitions runs (default 5), the ratios peer time / ssr time.
+Times are medians of --repetitions runs (default 5), the ratios peer time / ssr time. With one thread the
+clock is the process's CPU time (ssr: Google Benchmark's cpu_time; peers: time.process_time), which a busy
+shared machine disturbs least; --clock wall compares wall-clock times (the default with more threads).
 
 Requirements: Debian's python3-torch (import torch) and POT (Debian: apt-get install python3-pot; or
 pip install pot in a virtual environment or with --user). A missing peer is skipped with a message.
@@ -51,11 +53,15 @@ def parse_args():
     p.add_argument("--max-iters", type=int, default=100)
     p.add_argument("--shapes", default="24576x16x2,24576x8x2,24576x128x1,24576x256x8", help="m x n x k, comma separated")
     p.add_argument("--repetitions", type=int, default=5)
+    p.add_argument("--clock", choices=("cpu", "wall"), help="time to compare: process CPU time (default with one "
+                   "thread: robust on a shared machine) or wall-clock time (default with more threads)")
     p.add_argument("--json", help="also write the results here")
     return p.parse_args()
 
 
 ARGS = parse_args()
+if ARGS.clock is None:
+    ARGS.clock = "cpu" if ARGS.threads == 1 else "wall"
 # Before numpy or torch start their thread pools.
 for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
     os.environ[var] = str(ARGS.threads)
@@ -92,11 +98,12 @@ def logits(m, n, seed=1):
 
 def median_time(fn, repetitions):
     fn()  # warm up: allocations, first-touch, lazy initialisation
+    clock = time.process_time if ARGS.clock == "cpu" else time.perf_counter
     times, result = [], None
     for _ in range(repetitions):
-        t0 = time.perf_counter()
+        t0 = clock()
         result = fn()
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
     return statistics.median(times), result
 
 
@@ -125,7 +132,8 @@ def run_ssr(shape_list):
         if b.get("aggregate_name") != "median":
             continue
         scale = {"ms": 1.0, "us": 1e-3, "ns": 1e-6}[b["time_unit"]]
-        results[b["run_name"].replace("/real_time", "")] = dict(ms=b["real_time"] * scale, iterations=b.get("sinkhorn_iterations"),
+        t = b["cpu_time"] if ARGS.clock == "cpu" else b["real_time"]
+        results[b["run_name"].replace("/real_time", "")] = dict(ms=t * scale, iterations=b.get("sinkhorn_iterations"),
                                                                  err=b.get("marginal_error"))
     return results
 
@@ -224,7 +232,7 @@ def main():
             if torch is not None:
                 rows.append(((m, n, k), "torch.softmax + torch.topk", run_torch_softmax_topk(s_np, k), soft))
 
-    print(f"threads {ARGS.threads}, xi {xi}, tol {ARGS.tol}, max {ARGS.max_iters} iterations, float32, "
+    print(f"threads {ARGS.threads}, {ARGS.clock} time, xi {xi}, tol {ARGS.tol}, max {ARGS.max_iters} iterations, float32, "
           f"medians of {ARGS.repetitions}; torch {torch.__version__ if torch else '-'}, POT {ot.__version__ if ot else '-'}")
     print(f"{'m x n, k':<16} {'implementation':<30} {'time ms':>10} {'iterations':>11} {'final err':>10} {'peer / ssr':>10}")
     for (m, n, k), name, r, base in rows:
