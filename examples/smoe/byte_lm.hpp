@@ -66,7 +66,8 @@ class ByteLM {
   }
 
   // The training loss of the batch: mean cross-entropy (nats) plus the layers' weighted auxiliary losses.
-  // Layer l routes with pass.ctx and layer = l, so every layer draws its own random streams.
+  // Layer l routes with pass.ctx and layer = l, so every layer draws its own random streams. backward()
+  // reads the batch again: it must outlive that call.
   template <class Router>
   double forward(Router& router, const Batch& batch, const Pass& pass) {
     const Index m = batch.size();
