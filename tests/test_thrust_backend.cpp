@@ -2,7 +2,7 @@
 //
 // Stated tolerance: softmax top-k runs the same code on both backends, so experts, weights and noise
 // are identical bits. For Sinkhorn the costs and noise are identical bits, but the CPU backend iterates
-// in scaled form with Eigen's vectorised exp in T while the Thrust backend iterates in the log domain
+// in scaled form with a vectorised exp in T while the Thrust backend iterates in the log domain
 // in double; the potentials agree to rounding, so on these random logits (no near-ties) the experts are
 // identical and the weights agree within 2e-6 (float) and 1e-10 (double) absolute, a few units in the
 // last place of weights in [0, 1] after up to 100 iterations. A single token is the exception: its plan

@@ -8,6 +8,9 @@
 // Q <= 1 with a 1 in every row, and v stays within exp(+-bound): when some |g_j - h_j| grows past the
 // bound, h absorbs g and Q is recomputed (one exp pass). So r never overflows or underflows. A column
 // whose sum underflows is summed in the log domain: g_j = log(m/n) - logsumexp_i(K_ij + f_i).
+// The setup builds K and Q row by row and makes the first pass on the way; the final plan, top-k and
+// weights are the last pass's t / r, from Q and v without exp, except for rows whose chosen experts' Q
+// underflowed, which are redone in the log domain.
 #pragma once
 
 #include <Eigen/Core>
