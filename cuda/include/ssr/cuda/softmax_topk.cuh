@@ -78,34 +78,40 @@ __global__ void softmax_topk_kernel(ConstMatrixView<In> s, RouteSpec spec, Matri
     return c + z;
   };
 
-  // Each lane's best K of its columns j = sub, sub + Lanes, ..., sorted.
+  // Each lane's best k of its columns j = sub, sub + Lanes, ..., sorted, kept in registers: every index
+  // into best and idx is known at compile time (a bubble pass inserts, a shift pops).
   V best[K];
   int idx[K];
+#pragma unroll
   for (int r = 0; r < K; ++r) {
     best[r] = -INFINITY;
     idx[r] = 0x7fffffff;
   }
   for (index_t j = sub; j < n; j += Lanes) {
-    const V v = score(j, load(in + j));
-    if (!better(v, static_cast<int>(j), best[k - 1], idx[k - 1])) continue;
-    int pos = k - 1;
-    while (pos > 0 && better(v, static_cast<int>(j), best[pos - 1], idx[pos - 1])) {
-      best[pos] = best[pos - 1];
-      idx[pos] = idx[pos - 1];
-      --pos;
+    V v = score(j, load(in + j));
+    int jv = static_cast<int>(j);
+#pragma unroll
+    for (int r = 0; r < K; ++r) {
+      if (r < k && better(v, jv, best[r], idx[r])) {
+        const V tv = best[r];
+        const int tj = idx[r];
+        best[r] = v;
+        idx[r] = jv;
+        v = tv;
+        jv = tj;
+      }
     }
-    best[pos] = v;
-    idx[pos] = static_cast<int>(j);
   }
 
   // k rounds of an arg-max over the group's heads; the winning lane pops its head.
-  int head = 0;
   int chosen[K];
   V logit[K];
   V wtop = -INFINITY;
-  for (int r = 0; r < k; ++r) {
-    V v = head < K ? best[head] : -INFINITY;
-    int j = head < K ? idx[head] : 0x7fffffff;
+#pragma unroll
+  for (int r = 0; r < K; ++r) {
+    if (r >= k) break;
+    V v = best[0];
+    int j = idx[0];
     for (int o = Lanes / 2; o > 0; o >>= 1) {
       const V ov = __shfl_xor_sync(all, v, o, Lanes);
       const int oj = __shfl_xor_sync(all, j, o, Lanes);
@@ -114,7 +120,15 @@ __global__ void softmax_topk_kernel(ConstMatrixView<In> s, RouteSpec spec, Matri
         j = oj;
       }
     }
-    if (head < K && idx[head] == j) ++head;
+    if (idx[0] == j) {
+#pragma unroll
+      for (int q = 0; q + 1 < K; ++q) {
+        best[q] = best[q + 1];
+        idx[q] = idx[q + 1];
+      }
+      best[K - 1] = -INFINITY;
+      idx[K - 1] = 0x7fffffff;
+    }
     chosen[r] = j;
     if (live) logit[r] = load(in + j);  // weights use the clean logits
     wtop = live ? max(wtop, logit[r]) : wtop;
@@ -122,11 +136,16 @@ __global__ void softmax_topk_kernel(ConstMatrixView<In> s, RouteSpec spec, Matri
   if (!live) return;
   if (sub == 0) {
     V wsum = 0;
-    for (int r = 0; r < k; ++r) wsum += exp(logit[r] - wtop);
+#pragma unroll
+    for (int r = 0; r < K; ++r)
+      if (r < k) wsum += exp(logit[r] - wtop);
     std::int32_t* out_idx = experts.row(row);
-    for (int r = 0; r < k; ++r) {
-      out_idx[r] = chosen[r];
-      weights(row, r) = static_cast<Out>(exp(logit[r] - wtop) / wsum);
+#pragma unroll
+    for (int r = 0; r < K; ++r) {
+      if (r < k) {
+        out_idx[r] = chosen[r];
+        weights(row, r) = static_cast<Out>(exp(logit[r] - wtop) / wsum);
+      }
     }
   }
   if (!spec.noisy() && noise.data)
