@@ -1,8 +1,8 @@
 // One SMoE layer's training step (forward, backward, Adam) at the paper's layer shape, d = 352, n = 16,
 // k = 2, with m = 4096 tokens and experts of hidden width h = 704, for each router. The counter
 // routing_share is the part spent in the gate's products, the router (route and backward), grouping and
-// the auxiliary losses. After the table: each router's step time over softmax top-k's, from this run
-// (the median over --benchmark_repetitions, which a busy machine needs).
+// the auxiliary losses. After the table: each router's step time over softmax top-k's, from this run, in
+// wall-clock and CPU time (medians over --benchmark_repetitions, which a busy machine needs).
 #include <benchmark/benchmark.h>
 
 #include <unistd.h>
@@ -59,7 +59,8 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
 }
 
-// The console table, then each router's median step time over softmax top-k's.
+// The console table, then each router's step time over softmax top-k's, in wall-clock and in CPU time
+// (CPU time is the steadier of the two on a machine other work shares).
 class OverheadReporter : public benchmark::ConsoleReporter {
  public:
   OverheadReporter() : ConsoleReporter(isatty(1) ? OO_ColorTabular : OO_Tabular) {}
@@ -67,10 +68,17 @@ class OverheadReporter : public benchmark::ConsoleReporter {
   void ReportRuns(const std::vector<Run>& runs) override {
     ConsoleReporter::ReportRuns(runs);
     for (const Run& r : runs) {
-      if (r.run_type != Run::RT_Iteration || r.error_occurred) continue;
-      const std::string& name = r.run_name.function_name;
-      if (times_[name].empty()) order_.push_back(name);
-      times_[name].push_back(r.GetAdjustedRealTime());
+      const bool single = r.run_type == Run::RT_Iteration, median = r.aggregate_name == "median";
+      if (r.error_occurred || !(single || median)) continue;
+      Times& t = times_[r.run_name.function_name];
+      if (t.real.empty() && t.median_real == 0) order_.push_back(r.run_name.function_name);
+      if (median) {
+        t.median_real = r.GetAdjustedRealTime();
+        t.median_cpu = r.GetAdjustedCPUTime();
+      } else {
+        t.real.push_back(r.GetAdjustedRealTime());
+        t.cpu.push_back(r.GetAdjustedCPUTime());
+      }
     }
   }
 
@@ -78,13 +86,20 @@ class OverheadReporter : public benchmark::ConsoleReporter {
     ConsoleReporter::Finalize();
     const auto vanilla = times_.find("smoe_step/softmax");
     if (vanilla == times_.end()) return;
-    const double base = median(vanilla->second);
-    std::printf("\nstep time over softmax top-k's (same run, median of %zu):\n", vanilla->second.size());
-    for (const std::string& name : order_) std::printf("  %-24s %.3fx\n", name.c_str(), median(times_[name]) / base);
+    const double real = vanilla->second.real_time(), cpu = vanilla->second.cpu_time();
+    std::printf("\nstep time over softmax top-k's (this run; median over repetitions):\n  %-24s %8s %8s\n", "", "real", "CPU");
+    for (const std::string& name : order_)
+      std::printf("  %-24s %7.3fx %7.3fx\n", name.c_str(), times_[name].real_time() / real, times_[name].cpu_time() / cpu);
   }
 
  private:
-  std::map<std::string, std::vector<double>> times_;
+  struct Times {
+    std::vector<double> real, cpu;      // one per repetition
+    double median_real = 0, median_cpu = 0;  // when only aggregates are reported
+    double real_time() const { return real.empty() ? median_real : median(real); }
+    double cpu_time() const { return cpu.empty() ? median_cpu : median(cpu); }
+  };
+  std::map<std::string, Times> times_;
   std::vector<std::string> order_;
 };
 
