@@ -34,8 +34,11 @@ struct Args {
   int seeds = 1;
   int threads = 1;
   std::string out = "smoe-out", csv, data;
-  std::size_t corpus_bytes = 1 << 20;
 };
+
+// The generated corpus: 1 MiB from a fixed seed, the same text whatever --seed says.
+constexpr std::size_t corpus_bytes = 1 << 20;
+constexpr std::uint64_t corpus_seed = 2024;
 
 const char* usage =
     "usage: ssr-smoe-demo [options]\n"
@@ -157,7 +160,7 @@ int main(int argc, char** argv) try {
   const std::filesystem::path csv_path(args.csv);
   if (csv_path.has_parent_path()) std::filesystem::create_directories(csv_path.parent_path());
 
-  const std::string text = args.data.empty() ? smoe::generate_corpus(args.corpus_bytes, 2024) : smoe::read_file(args.data);
+  const std::string text = args.data.empty() ? smoe::generate_corpus(corpus_bytes, corpus_seed) : smoe::read_file(args.data);
   const smoe::Corpus corpus = smoe::Corpus::split(text, args.model.context);
   const smoe::ModelOptions& m = args.model;
   std::ostringstream setup;
