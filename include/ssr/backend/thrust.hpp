@@ -31,6 +31,16 @@
 #include "ssr/spec.hpp"
 #include "ssr/view.hpp"
 
+#if THRUST_DEVICE_SYSTEM == THRUST_DEVICE_SYSTEM_CUDA
+#define SSR_THRUST_SYSTEM_NAMESPACE thrust_cuda
+#elif THRUST_DEVICE_SYSTEM == THRUST_DEVICE_SYSTEM_OMP
+#define SSR_THRUST_SYSTEM_NAMESPACE thrust_omp
+#elif THRUST_DEVICE_SYSTEM == THRUST_DEVICE_SYSTEM_TBB
+#define SSR_THRUST_SYSTEM_NAMESPACE thrust_tbb
+#else
+#define SSR_THRUST_SYSTEM_NAMESPACE thrust_cpp
+#endif
+
 namespace ssr {
 
 struct ThrustTuning {
@@ -267,6 +277,11 @@ struct Count {
 }  // namespace thrust_kernels
 }  // namespace detail
 
+// The backend's members and code depend on the Thrust device system a translation unit is compiled for,
+// so each system gets its own (inline) namespace: one program may link a TU built for Thrust's OMP system
+// with one built by nvcc for CUDA without the two ThrustBackend<T> colliding at link time.
+inline namespace SSR_THRUST_SYSTEM_NAMESPACE {
+
 template <class T>
 class ThrustBackend {
   static_assert(std::is_same<T, float>::value || std::is_same<T, double>::value,
@@ -380,4 +395,5 @@ class ThrustBackend {
   thrust::device_vector<double> f_, g_, partial_, colsum_, err_;
 };
 
+}  // namespace SSR_THRUST_SYSTEM_NAMESPACE
 }  // namespace ssr
