@@ -56,7 +56,6 @@ class CudaBackend : public ThrustBackend<T> {
       grow(f_, ws.f);
       grow(g_, ws.g);
       grow(partial_, ws.partial);
-      grow(colsum_, ws.colsum);
       grow(colerr_, ws.colerr);
       if (state_.size() == 0) state_.resize(1);
       T* logk = thrust::raw_pointer_cast(logk_.data());
@@ -64,7 +63,7 @@ class CudaBackend : public ThrustBackend<T> {
       thrust::for_each(policy, zero, zero + m, k::KernelRow<T>{spec, s, logk, out.noise});
       const cuda::SinkhornState st = cuda::sinkhorn_iterate<T>(
           logk, thrust::raw_pointer_cast(f_.data()), g, thrust::raw_pointer_cast(partial_.data()),
-          thrust::raw_pointer_cast(colsum_.data()), thrust::raw_pointer_cast(colerr_.data()),
+          thrust::raw_pointer_cast(colerr_.data()),
           thrust::raw_pointer_cast(state_.data()), m, n, spec.sinkhorn, stream_);
       cuda::check(cudaGetLastError(), "sinkhorn");
       info.iterations = st.iterations;
@@ -96,7 +95,7 @@ class CudaBackend : public ThrustBackend<T> {
 
   cudaStream_t stream_ = nullptr;
   thrust::device_vector<T> logk_;
-  thrust::device_vector<double> f_, g_, partial_, colsum_, colerr_;
+  thrust::device_vector<double> f_, g_, partial_, colerr_;
   thrust::device_vector<cuda::SinkhornState> state_;
 };
 

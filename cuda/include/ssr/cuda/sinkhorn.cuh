@@ -27,7 +27,6 @@ namespace ssr {
 namespace cuda {
 
 struct SinkhornState {
-  int done;
   int iterations;
   double err;
 };
@@ -74,7 +73,7 @@ __device__ double block_sum(index_t count, Values values, double* scratch) {
 
 template <class T, int Lanes>
 __global__ void __launch_bounds__(sinkhorn_threads) sinkhorn_solve(const T* logk, double* f, double* g, double* partial,
-                                                                    double* colsum, double* colerr, index_t m, index_t n,
+                                                                    double* colerr, index_t m, index_t n,
                                                                     index_t rows, double tol, int max_iters,
                                                                     SinkhornState* state) {
   namespace cg = cooperative_groups;
@@ -90,7 +89,7 @@ __global__ void __launch_bounds__(sinkhorn_threads) sinkhorn_solve(const T* logk
   const double target = static_cast<double>(m) / static_cast<double>(n);
   double* g_now = g;
   double* g_next = g + n;
-  if (blockIdx.x == 0 && threadIdx.x == 0) *state = SinkhornState{0, 0, 0.0};
+  if (blockIdx.x == 0 && threadIdx.x == 0) *state = SinkhornState{0, 0.0};
 
   for (int it = 1;; ++it) {
     // 1. Rows.
@@ -128,7 +127,6 @@ __global__ void __launch_bounds__(sinkhorn_threads) sinkhorn_solve(const T* logk
     for (index_t j = blockIdx.x; j < n; j += gridDim.x) {
       const double sum = block_sum(blocks, [=](index_t b) { return partial[b * n + j]; }, scratch);
       if (threadIdx.x == 0) {
-        colsum[j] = sum;
         colerr[j] = fabs(sum - target);
         g_next[j] = ssr::detail::thrust_kernels::next_column_potential(logk, f, m, n, j, sum, g_now[j]);
       }
@@ -142,7 +140,7 @@ __global__ void __launch_bounds__(sinkhorn_threads) sinkhorn_solve(const T* logk
         // The solve ends with the potentials its last row pass used.
         if (g_now != g)
           for (index_t j = threadIdx.x; j < n; j += blockDim.x) g[j] = g_now[j];
-        if (threadIdx.x == 0) *state = SinkhornState{1, it, err};
+        if (threadIdx.x == 0) *state = SinkhornState{it, err};
       }
       return;
     }
@@ -156,16 +154,16 @@ __global__ void __launch_bounds__(sinkhorn_threads) sinkhorn_solve(const T* logk
 
 // Workspace sizes of sinkhorn_iterate, in doubles.
 struct SinkhornWorkspace {
-  index_t f, g, partial, colsum, colerr;
-  static SinkhornWorkspace of(index_t m, index_t n) { return {m, 2 * n, row_blocks(m, n) * n, n, n}; }
+  index_t f, g, partial, colerr;
+  static SinkhornWorkspace of(index_t m, index_t n) { return {m, 2 * n, row_blocks(m, n) * n, n}; }
 };
 
-// Runs the solve on stream from g = 0: logk is m x n, and f, g, partial, colsum, colerr and state are
+// Runs the solve on stream from g = 0: logk is m x n, and f, g, partial, colerr and state are
 // device memory of SinkhornWorkspace::of(m, n)'s sizes. Requires sinkhorn_fits(n). On return g[0, n)
 // holds the column potentials. Returns the state after the last iteration (one read-back).
 template <class T>
-SinkhornState sinkhorn_iterate(const T* logk, double* f, double* g, double* partial, double* colsum, double* colerr,
-                               SinkhornState* state, index_t m, index_t n, const SinkhornParams& params,
+SinkhornState sinkhorn_iterate(const T* logk, double* f, double* g, double* partial, double* colerr, SinkhornState* state,
+                               index_t m, index_t n, const SinkhornParams& params,
                                cudaStream_t stream) {
   int device = 0, sms = 0, per_sm = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
@@ -182,7 +180,7 @@ SinkhornState sinkhorn_iterate(const T* logk, double* f, double* g, double* part
   index_t rows = rows_per_block(m, n);
   int max_iters = params.max_iters;
   double tol = params.tol;
-  void* args[] = {&logk, &f, &g, &partial, &colsum, &colerr, &m, &n, &rows, &tol, &max_iters, &state};
+  void* args[] = {&logk, &f, &g, &partial, &colerr, &m, &n, &rows, &tol, &max_iters, &state};
   check(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(sinkhorn_threads), args,
                                     shared, stream),
         "sinkhorn_solve launch");
