@@ -1,10 +1,19 @@
-// Helpers shared by the tests: owned buffers for one routing call, and random logits.
+// What the property tests share: the backend under test, a Router that takes host buffers on every
+// backend (on the GPU it mirrors them in device memory), owned outputs of one call, and random logits.
+// The same test sources build against the CPU backend (ssr_tests), the Thrust backend on Thrust's OMP
+// system (ssr_thrust_tests, SSR_TEST_THRUST) and the CUDA backend (ssr_cuda_tests, SSR_TEST_CUDA).
 #pragma once
 
+#include <ssr/backend/cpu.hpp>
 #include <ssr/router.hpp>
 #ifdef SSR_TEST_THRUST
 #include <omp.h>
 #include <ssr/backend/thrust.hpp>
+#endif
+#ifdef SSR_TEST_CUDA
+#include <ssr/cuda/backend.cuh>
+
+#include "support_cuda.hpp"
 #endif
 
 #include <cstdint>
@@ -13,9 +22,16 @@
 
 namespace test {
 
-// The backend the property tests run on: the CPU backend, or the Thrust backend (on Thrust's OMP
-// system) in the executable built with SSR_TEST_THRUST.
-#ifdef SSR_TEST_THRUST
+// The backend the property tests run on.
+#if defined(SSR_TEST_CUDA)
+template <class T>
+using Backend = ssr::CudaBackend<T>;
+template <class T>
+Backend<T> make_backend(int) {  // one GPU: no thread count
+  return {};
+}
+constexpr const char* backend_name = "cuda";
+#elif defined(SSR_TEST_THRUST)
 template <class T>
 using Backend = ssr::ThrustBackend<T>;
 template <class T>
@@ -23,6 +39,7 @@ Backend<T> make_backend(int threads) {
   if (threads > 0) omp_set_num_threads(threads);  // Thrust's OMP system uses OpenMP's default team
   return {};
 }
+constexpr const char* backend_name = "thrust-omp";
 #else
 template <class T>
 using Backend = ssr::CpuBackend<T>;
@@ -30,7 +47,87 @@ template <class T>
 Backend<T> make_backend(int threads) {
   return Backend<T>(threads);
 }
+constexpr const char* backend_name = "cpu";
 #endif
+
+// Views of host memory as the backend under test reads them: the views themselves on host backends.
+#if !defined(SSR_TEST_CUDA)
+template <class V>
+struct Mirror {
+  ssr::MatrixView<V> host;
+  explicit Mirror(ssr::MatrixView<V> h) : host(h) {}
+  explicit Mirror(ssr::VectorView<V> h) : host(h.data, 1, h.size) {}
+  ssr::MatrixView<V> view() const { return host; }
+  ssr::VectorView<V> vector() const { return {host.data, host.cols}; }
+  void download() const {}
+};
+#endif
+
+// Bytes of the backend's memory, e.g. a caller workspace; read() copies them to the host.
+#if !defined(SSR_TEST_CUDA)
+class Bytes {
+ public:
+  Bytes(std::size_t size, unsigned char fill) : bytes_(size, fill) {}
+  void* data() { return bytes_.data(); }
+  std::vector<unsigned char> read() const { return bytes_; }
+
+ private:
+  std::vector<unsigned char> bytes_;
+};
+#endif
+
+// Runs f when the scope ends, also by an exception.
+template <class F>
+struct OnExit {
+  F f;
+  ~OnExit() { f(); }
+};
+template <class F>
+OnExit(F) -> OnExit<F>;
+
+// ssr::Router<Policy, Backend<T>> taking host buffers: on the GPU, each call copies its inputs and
+// outputs to device memory, waits for its results and copies the outputs back (also when it throws, so a
+// test sees exactly what the call wrote).
+template <class Policy, class T>
+class Router {
+ public:
+  using Inner = ssr::Router<Policy, Backend<T>>;
+  using options_type = typename Inner::options_type;
+
+  explicit Router(Policy policy = {}, int threads = 0) : inner_(policy, make_backend<T>(threads)) {}
+
+  Inner& inner() { return inner_; }
+  Backend<T>& backend() { return inner_.backend(); }
+  ssr::RouteSpec resolve(const ssr::Context& ctx) const { return inner_.resolve(ctx); }
+
+  ssr::RouteInfo route(ssr::ConstMatrixView<T> logits, const ssr::Context& ctx, const ssr::RouteOutputs<T>& out,
+                       options_type options = {}) {
+    const Mirror<const T> s(logits);
+    const Mirror<std::int32_t> experts(out.experts), load(out.load);
+    const Mirror<T> weights(out.weights), plan(out.plan), noise(out.noise);
+    const OnExit back{[&] {
+      experts.download();
+      load.download();
+      weights.download();
+      plan.download();
+      noise.download();
+    }};
+    options.wait = true;
+    return inner_.route(s.view(), ctx, {experts.view(), weights.view(), load.vector(), plan.view(), noise.view()}, options);
+  }
+
+  void backward(const ssr::RouteInfo& info, ssr::ConstMatrixView<std::int32_t> experts, ssr::ConstMatrixView<T> weights,
+                ssr::ConstMatrixView<T> grad_weights, ssr::MatrixView<T> grad_logits, options_type options = {}) {
+    const Mirror<const std::int32_t> e(experts);
+    const Mirror<const T> w(weights), g(grad_weights);
+    const Mirror<T> grad(grad_logits);
+    const OnExit back{[&] { grad.download(); }};
+    inner_.backward(info, e.view(), w.view(), g.view(), grad.view(), options);
+  }
+
+ private:
+  Inner inner_;
+};
 
 template <class T>
 std::vector<T> random_logits(ssr::index_t m, ssr::index_t n, double scale, unsigned seed, double skew = 0) {
@@ -39,7 +136,8 @@ std::vector<T> random_logits(ssr::index_t m, ssr::index_t n, double scale, unsig
   std::vector<T> s(static_cast<std::size_t>(m * n));
   for (ssr::index_t i = 0; i < m; ++i)
     for (ssr::index_t j = 0; j < n; ++j)
-      s[static_cast<std::size_t>(i * n + j)] = static_cast<T>(scale * (normal(gen) - skew * static_cast<double>(j) / static_cast<double>(n)));
+      s[static_cast<std::size_t>(i * n + j)] =
+          static_cast<T>(scale * (normal(gen) - skew * static_cast<double>(j) / static_cast<double>(n)));
   return s;
 }
 
@@ -67,7 +165,7 @@ struct Routed {
 template <class T, class Policy>
 Routed<T> route(const Policy& policy, const std::vector<T>& s, ssr::index_t m, ssr::index_t n, const ssr::Context& ctx,
                 int threads = 0) {
-  ssr::Router<Policy, Backend<T>> router(policy, make_backend<T>(threads));
+  Router<Policy, T> router(policy, threads);
   Routed<T> out(m, n, router.resolve(ctx).k);
   out.info = router.route({s.data(), m, n}, ctx, out.outputs());
   return out;

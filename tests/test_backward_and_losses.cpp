@@ -17,7 +17,7 @@ void check_weights_gradient(const Policy& policy, const Context& ctx) {
   const index_t m = 40, n = 8, k = 2;
   auto s = test::random_logits<double>(m, n, 1.0, 31, 2.0);
   const auto g = test::random_logits<double>(m, k, 1.0, 32);
-  ssr::Router<Policy, test::Backend<double>> router(policy);
+  test::Router<Policy, double> router(policy);
   test::Routed<double> r(m, n, k);
   const auto info = router.route({s.data(), m, n}, ctx, r.outputs());
   std::vector<double> grad(m * n);
@@ -61,7 +61,7 @@ TEST_CASE("Sinkhorn with plan weights passes no gradient (stop-gradient)", "[bac
   const index_t m = 20, n = 8, k = 2;
   const auto s = test::random_logits<float>(m, n, 1.0, 1);
   const auto g = test::random_logits<float>(m, k, 1.0, 2);
-  ssr::Router<ssr::SinkhornTopK, test::Backend<float>> router(ssr::SinkhornTopK(2));
+  test::Router<ssr::SinkhornTopK, float> router(ssr::SinkhornTopK(2));
   test::Routed<float> r(m, n, k);
   const auto info = router.route({s.data(), m, n}, Context::train(0), r.outputs());
   std::vector<float> grad(m * n, 5.0f);

@@ -39,18 +39,18 @@ TEMPLATE_TEST_CASE("1, 2 and 3 threads give identical bits", "[determinism]", fl
 TEST_CASE("repeated calls reuse the workspace and give identical bits", "[determinism]") {
   const index_t m = 3000, n = 16, k = 2;
   const auto s = test::random_logits<float>(m, n, 1.0, 5);
-  ssr::Router<ssr::SinkhornTopK, test::Backend<float>> router{ssr::SinkhornTopK(k)};
+  test::Router<ssr::SinkhornTopK, float> router{ssr::SinkhornTopK(k)};
   test::Routed<float> a(m, n, k), b(m, n, k);
   a.info = router.route({s.data(), m, n}, Context::train(0), a.outputs());
-  const auto bytes = router.backend().workspace_bytes();
+  const auto bytes = router.backend().held_workspace_bytes();
   CHECK(bytes > 0);
   b.info = router.route({s.data(), m, n}, Context::train(0), b.outputs());
-  CHECK(router.backend().workspace_bytes() == bytes);
+  CHECK(router.backend().held_workspace_bytes() == bytes);
   b.noise = a.noise;
   require_identical(a, b);
   test::Routed<float> c(m / 2, n, k);  // a smaller call fits in the same workspace
   c.info = router.route({s.data(), m / 2, n}, Context::train(0), c.outputs());
-  CHECK(router.backend().workspace_bytes() == bytes);
+  CHECK(router.backend().held_workspace_bytes() == bytes);
 }
 
 TEST_CASE("results do not depend on the alignment or row stride of the caller's buffers", "[determinism]") {
@@ -61,7 +61,7 @@ TEST_CASE("results do not depend on the alignment or row stride of the caller's 
     for (index_t j = 0; j < n; ++j) strided[1 + i * stride + j] = s[i * n + j];  // off by one float: misaligned
   const auto policy = ssr::make_ssr(2, Cost::linear, 1.0, {}, 0.1, 1.0);
   const auto a = test::route(policy, s, m, n, Context::train(1));
-  ssr::Router<ssr::SSRPolicy, test::Backend<float>> router(policy);
+  test::Router<ssr::SSRPolicy, float> router(policy);
   test::Routed<float> b(m, n, 2);
   b.info = router.route({strided.data() + 1, m, n, stride}, Context::train(1), b.outputs());
   require_identical(a, b);

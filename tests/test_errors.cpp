@@ -22,7 +22,7 @@ void require_rejected(const Policy& policy, const std::vector<float>& s, index_t
   std::fill(out.load.begin(), out.load.end(), -7);
   std::fill(out.weights.begin(), out.weights.end(), -7.0f);
   const auto before = out.plan;
-  ssr::Router<Policy, test::Backend<float>> router(policy);
+  test::Router<Policy, float> router(policy);
   REQUIRE_THROWS_WITH(router.route({s.data(), m, n, stride ? stride : n}, Context::train(0), out.outputs()), Contains(what));
   CHECK(out.experts == std::vector<std::int32_t>(m * 2, -7));
   CHECK(out.load == std::vector<std::int32_t>(n, -7));
@@ -34,20 +34,20 @@ void require_rejected(const Policy& policy, const std::vector<float>& s, index_t
 
 TEST_CASE("invalid policy parameters are rejected at construction, naming the value", "[errors]") {
   using ssr::SinkhornTopK;
-  CHECK_THROWS_WITH(ssr::Router<ssr::SoftmaxTopK>(ssr::SoftmaxTopK(0)), Contains("k = 0"));
-  CHECK_THROWS_WITH(ssr::Router<SinkhornTopK>(SinkhornTopK(2, ssr::Cost::linear, {0.0, 1e-4, 100})), Contains("xi = 0"));
-  CHECK_THROWS_WITH(ssr::Router<SinkhornTopK>(SinkhornTopK(2, ssr::Cost::linear, {-1.0, 1e-4, 100})), Contains("xi = -1"));
-  CHECK_THROWS_WITH(ssr::Router<SinkhornTopK>(SinkhornTopK(2, ssr::Cost::linear, {std::nan(""), 1e-4, 100})), Contains("xi = nan"));
-  CHECK_THROWS_WITH(ssr::Router<SinkhornTopK>(SinkhornTopK(2, ssr::Cost::linear, {0.5, 0.0, 100})), Contains("tol = 0"));
-  CHECK_THROWS_WITH(ssr::Router<SinkhornTopK>(SinkhornTopK(2, ssr::Cost::linear, {0.5, 1e-4, 0})), Contains("max_iters = 0"));
-  CHECK_THROWS_WITH(ssr::Router<ssr::SSRPolicy>(ssr::make_ssr(2, ssr::Cost::linear, 1.5)), Contains("p = 1.5"));
-  CHECK_THROWS_WITH(ssr::Router<ssr::SSRPolicy>(ssr::make_ssr(2, ssr::Cost::linear, -0.1)), Contains("p = -0.1"));
-  CHECK_THROWS_WITH(ssr::Router<ssr::SSRPolicy>(ssr::make_ssr(2, ssr::Cost::linear, 0.1, {}, -1.0)), Contains("alpha = -1"));
-  CHECK_THROWS_WITH(ssr::Router<ssr::SSRPolicy>(ssr::make_ssr(2, ssr::Cost::linear, 0.1, {}, 1.0, 0.0)), Contains("sigma = 0"));
+  CHECK_THROWS_WITH((test::Router<ssr::SoftmaxTopK, float>(ssr::SoftmaxTopK(0))), Contains("k = 0"));
+  CHECK_THROWS_WITH((test::Router<SinkhornTopK, float>(SinkhornTopK(2, ssr::Cost::linear, {0.0, 1e-4, 100}))), Contains("xi = 0"));
+  CHECK_THROWS_WITH((test::Router<SinkhornTopK, float>(SinkhornTopK(2, ssr::Cost::linear, {-1.0, 1e-4, 100}))), Contains("xi = -1"));
+  CHECK_THROWS_WITH((test::Router<SinkhornTopK, float>(SinkhornTopK(2, ssr::Cost::linear, {std::nan(""), 1e-4, 100}))), Contains("xi = nan"));
+  CHECK_THROWS_WITH((test::Router<SinkhornTopK, float>(SinkhornTopK(2, ssr::Cost::linear, {0.5, 0.0, 100}))), Contains("tol = 0"));
+  CHECK_THROWS_WITH((test::Router<SinkhornTopK, float>(SinkhornTopK(2, ssr::Cost::linear, {0.5, 1e-4, 0}))), Contains("max_iters = 0"));
+  CHECK_THROWS_WITH((test::Router<ssr::SSRPolicy, float>(ssr::make_ssr(2, ssr::Cost::linear, 1.5))), Contains("p = 1.5"));
+  CHECK_THROWS_WITH((test::Router<ssr::SSRPolicy, float>(ssr::make_ssr(2, ssr::Cost::linear, -0.1))), Contains("p = -0.1"));
+  CHECK_THROWS_WITH((test::Router<ssr::SSRPolicy, float>(ssr::make_ssr(2, ssr::Cost::linear, 0.1, {}, -1.0))), Contains("alpha = -1"));
+  CHECK_THROWS_WITH((test::Router<ssr::SSRPolicy, float>(ssr::make_ssr(2, ssr::Cost::linear, 0.1, {}, 1.0, 0.0))), Contains("sigma = 0"));
   CHECK_THROWS_WITH(ssr::CpuBackend<float>(-1), Contains("threads = -1"));
   using Mixed = ssr::SelectivePolicy<SinkhornTopK, ssr::SoftmaxTopK>;
-  CHECK_THROWS_WITH(ssr::Router<Mixed>(Mixed(SinkhornTopK(3), ssr::SoftmaxTopK(2), 0.1)), Contains("k = 3"));
-  CHECK_THROWS_AS(ssr::Router<ssr::SoftmaxTopK>(ssr::SoftmaxTopK(-3)), ssr::Error);
+  CHECK_THROWS_WITH((test::Router<Mixed, float>(Mixed(SinkhornTopK(3), ssr::SoftmaxTopK(2), 0.1))), Contains("k = 3"));
+  CHECK_THROWS_AS((test::Router<ssr::SoftmaxTopK, float>(ssr::SoftmaxTopK(-3))), ssr::Error);
 }
 
 TEST_CASE("invalid calls are rejected before anything is written", "[errors]") {
@@ -64,7 +64,7 @@ TEST_CASE("invalid calls are rejected before anything is written", "[errors]") {
 TEST_CASE("outputs of the wrong shape are rejected", "[errors]") {
   const index_t m = 10, n = 4;
   const auto s = test::random_logits<float>(m, n, 1.0, 1);
-  ssr::Router<ssr::SoftmaxTopK, test::Backend<float>> router(ssr::SoftmaxTopK(2));
+  test::Router<ssr::SoftmaxTopK, float> router(ssr::SoftmaxTopK(2));
   test::Routed<float> out(m, n, 2);
   auto o = out.outputs();
   o.experts.cols = 3;
@@ -86,7 +86,7 @@ TEST_CASE("outputs of the wrong shape are rejected", "[errors]") {
 
 TEST_CASE("backward rejects bad experts and non-finite gradients", "[errors]") {
   const index_t m = 3, n = 4, k = 2;
-  ssr::Router<ssr::SoftmaxTopK, test::Backend<float>> router(ssr::SoftmaxTopK(2));
+  test::Router<ssr::SoftmaxTopK, float> router(ssr::SoftmaxTopK(2));
   std::vector<std::int32_t> e = {0, 1, 2, 3, 1, 4};
   std::vector<float> w(m * k, 0.5f), g(m * k, 1.0f), grad(m * n, -3.0f);
   ssr::RouteInfo info;

@@ -81,7 +81,7 @@ TEST_CASE("noise streams depend on seed, layer and step, and only on them", "[no
 TEST_CASE("the selective policy takes the Sinkhorn path with frequency p", "[selective]") {
   const double p = GENERATE(0.0, 0.01, 0.2, 1.0);
   const auto policy = ssr::make_ssr(2, Cost::linear, p);
-  ssr::Router<ssr::SSRPolicy> router(policy);
+  test::Router<ssr::SSRPolicy, float> router(policy);
   const int steps = 40000;
   int rare = 0;
   for (int step = 0; step < steps; ++step) rare += router.resolve(Context::train(step, 1, 7)).path == ssr::Path::sinkhorn;

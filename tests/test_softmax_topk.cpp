@@ -65,7 +65,7 @@ TEMPLATE_TEST_CASE("softmax top-k weights stay finite for extreme logits", "[sof
 }
 
 TEST_CASE("zero tokens route to nothing", "[softmax]") {
-  ssr::Router<SoftmaxTopK, test::Backend<float>> router(SoftmaxTopK(2));
+  test::Router<SoftmaxTopK, float> router(SoftmaxTopK(2));
   std::vector<std::int32_t> load(4, 7);
   const auto info = router.route({nullptr, 0, 4}, Context::train(0), {{nullptr, 0, 2}, {nullptr, 0, 2}, {load.data(), 4}});
   CHECK(info.path == ssr::Path::softmax);

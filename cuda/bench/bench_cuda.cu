@@ -11,6 +11,9 @@
 #include <ssr/router.hpp>
 
 #include <cuda_bf16.h>
+#include <thrust/device_vector.h>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/transform.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -141,16 +144,20 @@ void BM_FusedSoftmaxTopK(benchmark::State& state) {
   bandwidth_counters(state, static_cast<double>(m * n * sizeof(In) + m * k * (sizeof(std::int32_t) + sizeof(float))));
 }
 
-// A whole routing call as an engine makes it: checks, softmax top-k, per-expert load, stream sync.
+// A whole routing call as an engine makes it: softmax top-k and per-expert load, with the finiteness check
+// (one read-back) when the last argument is 1, without it (nothing waits) when 0.
 void BM_RouteSoftmaxTopK(benchmark::State& state) {
   const ssr::index_t m = state.range(0), n = state.range(1), k = state.range(2);
   auto s = logits<float>(m, n);
   thrust::device_vector<std::int32_t> experts(m * k), load(n);
   thrust::device_vector<float> weights(m * k);
   ssr::Router<ssr::SoftmaxTopK, ssr::CudaBackend<float>> router(ssr::SoftmaxTopK(static_cast<int>(k)));
+  ssr::CallOptions<cudaStream_t> options;
+  options.check_finite = state.range(3) != 0;
   EventTimer timer;
   timer.run(state, nullptr, [&] {
-    router.route({ptr(s), m, n}, ssr::Context::train(0), {{ptr(experts), m, k}, {ptr(weights), m, k}, {ptr(load), n}});
+    router.route({ptr(s), m, n}, ssr::Context::train(0), {{ptr(experts), m, k}, {ptr(weights), m, k}, {ptr(load), n}},
+                 options);
   });
 }
 
@@ -160,15 +167,16 @@ void BM_SinkhornIteration(benchmark::State& state) {
   const ssr::index_t m = state.range(0), n = state.range(1);
   constexpr int iterations = 20;
   auto logk = logits<float>(m, n);
-  const auto ws = ssr::cuda::SinkhornWorkspace::of(m, n);
-  thrust::device_vector<double> f(ws.f), g(ws.g), partial(ws.partial), colerr(ws.colerr);
-  thrust::device_vector<ssr::cuda::SinkhornState> st(1);
-  ssr::cuda::SinkhornState last{};
+  ssr::detail::Carve measure;
+  ssr::cuda::sinkhorn_layout<float>(measure, m, n);
+  thrust::device_vector<unsigned char> workspace(measure.bytes());
+  ssr::detail::Carve place(ptr(workspace), workspace.size());
+  auto buffers = ssr::cuda::sinkhorn_layout<float>(place, m, n);
+  buffers.logk = ptr(logk);
   EventTimer timer;
-  timer.run(state, nullptr, [&] {
-    last = ssr::cuda::sinkhorn_iterate<float>(ptr(logk), ptr(f), ptr(g), ptr(partial), ptr(colerr), ptr(st),
-                                              m, n, {0.5, 0.0, iterations}, nullptr);
-  });
+  timer.run(state, nullptr, [&] { ssr::cuda::sinkhorn_solve<float>(buffers, m, n, {0.5, 1e-300, iterations}, nullptr); });
+  ssr::SolveStats last{};
+  check(cudaMemcpy(&last, buffers.stats, sizeof last, cudaMemcpyDeviceToHost), "stats");
   if (last.iterations != iterations) state.SkipWithError("the solve did not run every iteration");
   state.counters["ns_per_iteration"] =
       benchmark::Counter(iterations * 1e-9, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
@@ -187,7 +195,8 @@ void BM_SinkhornSolve(benchmark::State& state) {
   ssr::RouteInfo info;
   EventTimer timer;
   timer.run(state, nullptr, [&] {
-    info = router.route({ptr(s), m, n}, ssr::Context::train(0), {{ptr(experts), m, k}, {ptr(weights), m, k}, {ptr(load), n}});
+    info = router.route({ptr(s), m, n}, ssr::Context::train(0), {{ptr(experts), m, k}, {ptr(weights), m, k}, {ptr(load), n}},
+                        ssr::CallOptions<cudaStream_t>{}.waiting());
   });
   state.counters["iterations"] = info.iterations;
   state.counters["err"] = info.marginal_error;
@@ -212,7 +221,9 @@ void routing_shapes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_CopyBandwidth)->Iterations(1);
 BENCHMARK_TEMPLATE(BM_FusedSoftmaxTopK, float)->Apply(routing_shapes)->UseManualTime();
 BENCHMARK_TEMPLATE(BM_FusedSoftmaxTopK, __nv_bfloat16)->Apply(routing_shapes)->UseManualTime();
-BENCHMARK(BM_RouteSoftmaxTopK)->Args({24576, 16, 2})->Args({24576, 8, 2})->Args({24576, 128, 1})->Args({24576, 256, 8})->UseManualTime();
+BENCHMARK(BM_RouteSoftmaxTopK)
+    ->ArgsProduct({{24576}, {16}, {2}, {0, 1}})->Args({24576, 8, 2, 1})->Args({24576, 128, 1, 1})->Args({24576, 256, 8, 1})
+    ->UseManualTime();
 BENCHMARK(BM_SinkhornIteration)->ArgsProduct({{24576, 1 << 20}, {8, 16, 128, 256}})->UseManualTime();
 BENCHMARK(BM_SinkhornSolve)
     ->Args({24576, 16, 2, 500})->Args({24576, 8, 2, 500})->Args({24576, 128, 1, 500})->Args({24576, 256, 8, 500})

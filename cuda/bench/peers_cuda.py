@@ -138,12 +138,13 @@ def main():
             print(f"{m:>8} {n:>4} {b['ns_per_iteration'] * 1e-3:8.1f} {b['GB/s']:6.0f} {b['frac_copy']:8.2f} "
                   f"{b.get('frac_peak', 0):8.2f}")
 
-    print("\nwhole routing call, softmax top-k with load (checks, kernel, count, stream sync)")
+    print("\nwhole routing call, softmax top-k with load (checked: one read-back; unchecked: nothing waits)")
     for name, b in ssr.items():
         if name.startswith("BM_RouteSoftmaxTopK/"):
-            m, n, k = (int(v) for v in name.split("/")[1:4])
-            rows.append({"what": "route_softmax_topk", "m": m, "n": n, "k": k, "ssr_s": seconds(b)})
-            print(f"{m:>8} {n:>4} {k:>2} {seconds(b) * 1e6:9.1f} us")
+            m, n, k, checked = (int(v) for v in name.split("/")[1:5])
+            rows.append({"what": "route_softmax_topk", "m": m, "n": n, "k": k, "checked": bool(checked),
+                         "ssr_s": seconds(b)})
+            print(f"{m:>8} {n:>4} {k:>2} {'checked' if checked else 'unchecked':>9} {seconds(b) * 1e6:9.1f} us")
 
     if args.json:
         with open(args.json, "w") as f:

@@ -104,7 +104,7 @@ class ByteLM {
 
   // Adds the gradients of the last forward's loss to the model's (zero_grad() first for a fresh step).
   template <class Router>
-  void backward(const Router& router) {
+  void backward(Router& router) {
     const Batch& batch = *batch_;
     const Index m = batch.size();
     Mat<T> grad_logits = probs_;

@@ -37,25 +37,37 @@ inline const std::vector<RouterName>& router_names() {
   return names;
 }
 
-// Calls f(policy, layer_options) with the named router's policy type and options.
+// Calls f(policy, layer_options) with the named router's policy (the library's routers by name,
+// ssr::make_policy) and the layer options it trains with.
 template <class F>
 void with_router(const std::string& name, const RouterSettings& s, F&& f) {
-  const ssr::SinkhornParams linear_xi{0.5, 1e-4, 100}, softmax_xi{0.1, 1e-4, 100};  // softmax costs lie in [0, 1]
   LayerOptions plain, lb, z, noisy;
   lb.load_balancing = 0.01;
   z.z_loss = 0.001;
   noisy.noisy_gating = true;
-  if (name == "softmax") return f(ssr::SoftmaxTopK(s.k), plain);
-  if (name == "softmax+lb") return f(ssr::SoftmaxTopK(s.k), lb);
-  if (name == "softmax+z") return f(ssr::SoftmaxTopK(s.k), z);
-  if (name == "noisy-gating") return f(ssr::SoftmaxTopK(s.k), noisy);
-  if (name == "sinkhorn")
-    return f(ssr::SinkhornTopK(s.k, ssr::Cost::linear, {1.0, 1e-4, 100}, ssr::Weights::scores), plain);
-  if (name == "ssr-l") return f(ssr::make_ssr(s.k, ssr::Cost::linear, s.p, linear_xi), plain);
-  if (name == "ssr-s") return f(ssr::make_ssr(s.k, ssr::Cost::softmax, s.p, softmax_xi), plain);
-  if (name == "ssr-l-noise") return f(ssr::make_ssr(s.k, ssr::Cost::linear, s.p, linear_xi, s.noise_alpha), plain);
-  if (name == "ssr-s-noise") return f(ssr::make_ssr(s.k, ssr::Cost::softmax, s.p, softmax_xi, s.noise_alpha), plain);
-  throw std::invalid_argument("unknown router '" + name + "'");
+  ssr::RouterConfig c;
+  c.k = s.k;
+  c.p = s.p;
+  c.router = "softmax";
+  if (name == "softmax") return f(ssr::make_policy(c), plain);
+  if (name == "softmax+lb") return f(ssr::make_policy(c), lb);
+  if (name == "softmax+z") return f(ssr::make_policy(c), z);
+  if (name == "noisy-gating") return f(ssr::make_policy(c), noisy);
+  if (name == "sinkhorn") {  // S-BASE: Sinkhorn every step, score weights
+    c.router = "sinkhorn";
+    c.sinkhorn.xi = 1.0;
+    c.weights = ssr::Weights::scores;
+    return f(ssr::make_policy(c), plain);
+  }
+  const bool linear = name.rfind("ssr-l", 0) == 0;
+  if (!linear && name.rfind("ssr-s", 0) != 0) throw std::invalid_argument("unknown router '" + name + "'");
+  const std::string suffix = name.substr(5);
+  if (!suffix.empty() && suffix != "-noise") throw std::invalid_argument("unknown router '" + name + "'");
+  c.router = "ssr";
+  c.cost = linear ? ssr::Cost::linear : ssr::Cost::softmax;
+  c.sinkhorn.xi = linear ? 0.5 : 0.1;  // softmax costs lie in [0, 1]
+  c.noise_alpha = suffix.empty() ? 0.0 : s.noise_alpha;
+  return f(ssr::make_policy(c), plain);
 }
 
 }  // namespace smoe

@@ -139,7 +139,7 @@ class SmoeLayer {
   // Adds this forward's parameter gradients to the layer's, and writes dL/dx into grad_x, for
   // grad_out = dL/dY. The router maps dL/dw to dL/dS; the auxiliary losses add their own dL/dS.
   template <class Router>
-  void backward(const Router& router, LayerCache<T>& c, const Mat<T>& grad_out, Mat<T>& grad_x) {
+  void backward(Router& router, LayerCache<T>& c, const Mat<T>& grad_out, Mat<T>& grad_x) {
     const Index m = c.x.rows(), k = c.experts.cols(), total = assignments(c);
     c.grad_weights.setZero(m, k);
     c.grad_y.resize(total, dim_);

@@ -34,7 +34,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* usage =
-    "usage: ssr-route --logits L.npy --out DIR [--policy softmax|sinkhorn|selective] [--cost linear|softmax]\n"
+    "usage: ssr-route --logits L.npy --out DIR [--policy softmax|sinkhorn|ssr|selective] [--cost linear|softmax]\n"
     "                 [--k K] [--xi X] [--tol T] [--max-iters N] [--weights plan|scores] [--p P]\n"
     "                 [--noise-alpha A] [--noise-sigma S] [--seed N] [--step N] [--layer N] [--mode train|eval]\n"
     "                 [--threads N] [--backend cpu|thrust-omp|cuda] [--grad-weights G.npy] [--dump-noise] [--dump-plan]\n";
@@ -45,13 +45,8 @@ struct UsageError : std::runtime_error {
 
 struct Options {
   std::string logits, out, grad_weights;
-  std::string policy = "selective";
   std::string backend = "cpu";
-  ssr::Cost cost = ssr::Cost::linear;
-  int k = 2;
-  ssr::SinkhornParams sinkhorn{};
-  ssr::Weights weights = ssr::Weights::plan;
-  double p = 1e-3, alpha = 0, sigma = 1;
+  ssr::RouterConfig router;  // the router by name, with the library's defaults
   ssr::Context ctx = ssr::Context::train(0);
   int threads = 0;
   bool dump_noise = false, dump_plan = false;
@@ -97,16 +92,16 @@ Options parse(int argc, char** argv) {
   const std::map<std::string, std::function<void(const std::string&)>> valued = {
       {"--logits", [&](const std::string& v) { o.logits = v; }},
       {"--out", [&](const std::string& v) { o.out = v; }},
-      {"--policy", [&](const std::string& v) { o.policy = choose<std::string>("--policy", v, {{"softmax", "softmax"}, {"sinkhorn", "sinkhorn"}, {"selective", "selective"}}); }},
-      {"--cost", [&](const std::string& v) { o.cost = choose<ssr::Cost>("--cost", v, {{"linear", ssr::Cost::linear}, {"softmax", ssr::Cost::softmax}}); }},
-      {"--k", [&](const std::string& v) { o.k = to_int("--k", v); }},
-      {"--xi", [&](const std::string& v) { o.sinkhorn.xi = to_double("--xi", v); }},
-      {"--tol", [&](const std::string& v) { o.sinkhorn.tol = to_double("--tol", v); }},
-      {"--max-iters", [&](const std::string& v) { o.sinkhorn.max_iters = to_int("--max-iters", v); }},
-      {"--weights", [&](const std::string& v) { o.weights = choose<ssr::Weights>("--weights", v, {{"plan", ssr::Weights::plan}, {"scores", ssr::Weights::scores}}); }},
-      {"--p", [&](const std::string& v) { o.p = to_double("--p", v); }},
-      {"--noise-alpha", [&](const std::string& v) { o.alpha = to_double("--noise-alpha", v); }},
-      {"--noise-sigma", [&](const std::string& v) { o.sigma = to_double("--noise-sigma", v); }},
+      {"--policy", [&](const std::string& v) { o.router.router = choose<std::string>("--policy", v, {{"softmax", "softmax"}, {"sinkhorn", "sinkhorn"}, {"ssr", "ssr"}, {"selective", "ssr"}}); }},
+      {"--cost", [&](const std::string& v) { o.router.cost = choose<ssr::Cost>("--cost", v, {{"linear", ssr::Cost::linear}, {"softmax", ssr::Cost::softmax}}); }},
+      {"--k", [&](const std::string& v) { o.router.k = to_int("--k", v); }},
+      {"--xi", [&](const std::string& v) { o.router.sinkhorn.xi = to_double("--xi", v); }},
+      {"--tol", [&](const std::string& v) { o.router.sinkhorn.tol = to_double("--tol", v); }},
+      {"--max-iters", [&](const std::string& v) { o.router.sinkhorn.max_iters = to_int("--max-iters", v); }},
+      {"--weights", [&](const std::string& v) { o.router.weights = choose<ssr::Weights>("--weights", v, {{"plan", ssr::Weights::plan}, {"scores", ssr::Weights::scores}}); }},
+      {"--p", [&](const std::string& v) { o.router.p = to_double("--p", v); }},
+      {"--noise-alpha", [&](const std::string& v) { o.router.noise_alpha = to_double("--noise-alpha", v); }},
+      {"--noise-sigma", [&](const std::string& v) { o.router.noise_sigma = to_double("--noise-sigma", v); }},
       {"--seed", [&](const std::string& v) { o.ctx.seed = static_cast<std::uint32_t>(to_unsigned("--seed", v, 0xffffffffull)); }},
       {"--step", [&](const std::string& v) { o.ctx.step = to_unsigned("--step", v, ~0ull); }},
       {"--layer", [&](const std::string& v) { o.ctx.layer = static_cast<std::uint32_t>(to_unsigned("--layer", v, 0xffffffffull)); }},
@@ -244,12 +239,8 @@ template <class T>
 int run(const Options& o, RouteFn<T> route) {
   const xt::xtensor<T, 2> logits = load_matrix<T>(o.logits, "--logits");
   const auto m = static_cast<ssr::index_t>(logits.shape()[0]), n = static_cast<ssr::index_t>(logits.shape()[1]);
-  const double p = o.policy == "softmax" ? 0.0 : o.policy == "sinkhorn" ? 1.0 : o.p;
-  if (o.policy != "selective") ssr::detail::require(o.p >= 0 && o.p <= 1, "p", o.p, "must be in [0, 1]");
-  ssr::SSRPolicy policy(
-      ssr::NoisyCost<ssr::SinkhornTopK>(ssr::SinkhornTopK(o.k, o.cost, o.sinkhorn, o.weights), o.alpha, o.sigma),
-      ssr::NoisyCost<ssr::SoftmaxTopK>(ssr::SoftmaxTopK(o.k, o.cost), o.alpha, o.sigma), p);
-  const auto k = static_cast<ssr::index_t>(o.k);
+  const ssr::SSRPolicy policy = ssr::make_policy(o.router);
+  const auto k = static_cast<ssr::index_t>(o.router.k);
 
   const auto dims = [](ssr::index_t r, ssr::index_t c) {
     return std::array<std::size_t, 2>{static_cast<std::size_t>(r), static_cast<std::size_t>(c)};

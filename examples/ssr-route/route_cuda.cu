@@ -64,7 +64,8 @@ ssr::RouteInfo route_cuda(const ssr::SSRPolicy& policy, const ssr::Context& ctx,
   d_out.noise = view_of(noise, out.noise);
 
   ssr::Router<ssr::SSRPolicy, ssr::CudaBackend<T>> router(policy);
-  const ssr::RouteInfo info = router.route({ptr(s), logits.rows, logits.cols}, ctx, d_out);
+  const auto wait = ssr::CallOptions<cudaStream_t>{}.waiting();  // the info is printed: wait for it
+  const ssr::RouteInfo info = router.route({ptr(s), logits.rows, logits.cols}, ctx, d_out, wait);
   to_host(experts, out.experts);
   to_host(weights, out.weights);
   to_host(noise, out.noise);

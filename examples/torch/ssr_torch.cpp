@@ -13,29 +13,19 @@ namespace {
 using torch::Tensor;
 using Outputs = std::tuple<Tensor, Tensor, Tensor, Tensor>;
 
-ssr::Cost parse_cost(const std::string& c) {
-  if (c == "linear") return ssr::Cost::linear;
-  if (c == "softmax") return ssr::Cost::softmax;
-  throw ssr::Error("invalid cost = " + c + ": must be linear or softmax");
-}
-
-ssr::Weights parse_weights(const std::string& w) {
-  if (w == "plan") return ssr::Weights::plan;
-  if (w == "scores") return ssr::Weights::scores;
-  throw ssr::Error("invalid weights = " + w + ": must be plan or scores");
-}
-
-// The policy "softmax", "sinkhorn" or "selective" as the selective policy with p = 0, 1 or p.
+// The named router ("softmax", "sinkhorn", or "selective"/"ssr") with its options, by the library's rule.
 ssr::SSRPolicy make_policy(const std::string& policy, int64_t k, const std::string& cost, double xi, double tol,
                            int64_t max_iters, const std::string& weights, double p, double alpha, double sigma) {
-  double coin = p;
-  if (policy == "softmax") coin = 0;
-  else if (policy == "sinkhorn") coin = 1;
-  else if (policy != "selective") throw ssr::Error("invalid policy = " + policy + ": must be softmax, sinkhorn or selective");
-  const auto c = parse_cost(cost);
-  const ssr::SinkhornParams params{xi, tol, static_cast<int>(max_iters)};
-  return ssr::SSRPolicy(ssr::NoisyCost<ssr::SinkhornTopK>(ssr::SinkhornTopK(static_cast<int>(k), c, params, parse_weights(weights)), alpha, sigma),
-                        ssr::NoisyCost<ssr::SoftmaxTopK>(ssr::SoftmaxTopK(static_cast<int>(k), c), alpha, sigma), coin);
+  ssr::RouterConfig config;
+  config.router = policy;
+  config.k = static_cast<int>(k);
+  config.cost = ssr::parse_cost(cost);
+  config.sinkhorn = {xi, tol, static_cast<int>(max_iters)};
+  config.weights = ssr::parse_weights(weights);
+  config.p = p;
+  config.noise_alpha = alpha;
+  config.noise_sigma = sigma;
+  return ssr::make_policy(config);
 }
 
 template <class T>
@@ -61,10 +51,10 @@ Outputs route_cpu(const Tensor& logits, const std::string& policy, int64_t k, co
   TORCH_CHECK(logits.device().is_cpu(), "ssr.route: logits must be on the CPU");
   TORCH_CHECK(seed >= 0 && seed <= 0xffffffffLL && layer >= 0 && layer <= 0xffffffffLL && step >= 0,
               "ssr.route: seed and layer must be in [0, 2^32), step >= 0");
-  const auto pol = make_policy(policy, k, cost, xi, tol, max_iters, weights, p, noise_alpha, noise_sigma);
   const ssr::Context ctx{training ? ssr::Mode::train : ssr::Mode::eval, static_cast<std::uint64_t>(step),
                          static_cast<std::uint32_t>(layer), static_cast<std::uint32_t>(seed)};
   try {
+    const auto pol = make_policy(policy, k, cost, xi, tol, max_iters, weights, p, noise_alpha, noise_sigma);
     if (logits.scalar_type() == torch::kFloat64) return route_typed<double>(logits, pol, ctx);
     TORCH_CHECK(logits.scalar_type() == torch::kFloat32, "ssr.route: logits must be float32 or float64");
     return route_typed<float>(logits, pol, ctx);
@@ -81,8 +71,9 @@ Tensor route_backward_cpu(const Tensor& grad_weights, const Tensor& experts, con
   info.weights = passes_gradient ? ssr::Weights::scores : ssr::Weights::plan;
   auto run = [&](auto zero) {
     using T = decltype(zero);
-    ssr::Router<ssr::SoftmaxTopK, ssr::CpuBackend<T>> router(ssr::SoftmaxTopK(static_cast<int>(k)));
-    router.backward(info, {e.data_ptr<int32_t>(), m, k}, {w.data_ptr<T>(), m, k}, {g.data_ptr<T>(), m, k}, {grad.data_ptr<T>(), m, n});
+    ssr::CpuBackend<T> backend;  // backward needs the backend and the info only
+    ssr::backward(backend, info, {e.data_ptr<int32_t>(), m, k}, {w.data_ptr<T>(), m, k}, {g.data_ptr<T>(), m, k},
+                  {grad.data_ptr<T>(), m, n});
   };
   try {
     if (w.scalar_type() == torch::kFloat64) run(0.0);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ssr/error.hpp"
+#include "ssr/validate.hpp"
 #include "ssr/view.hpp"
 
 namespace ssr {
@@ -30,16 +31,15 @@ inline index_t group_by_expert(ConstMatrixView<std::int32_t> experts, index_t n,
   const index_t m = experts.rows, k = experts.cols;
   detail::require(n >= 1, "n", n, "must be at least 1");
   detail::require(m * k <= std::numeric_limits<std::int32_t>::max(), "m * k", m * k, "must fit in int32");
-  detail::require(k >= 1 && k <= n, "experts.cols", k, "must be in [1, n = " + std::to_string(n) + "]");
+  detail::require(k >= 1 && k <= n, "experts.cols", k, "must be in [1, n = ", n, "]");
   if (m > 0) detail::require_shape(experts, "experts", m, k);
   detail::require_size(offsets, "offsets", n + 1);
   detail::require_size(token_ids, "token_ids", m * k);
   if (!slots.empty()) detail::require_size(slots, "slots", m * k);
   for (index_t i = 0; i < m; ++i)
     for (index_t r = 0; r < k; ++r)
-      detail::require(experts(i, r) >= 0 && experts(i, r) < n,
-                      ("experts(" + std::to_string(i) + ", " + std::to_string(r) + ")").c_str(), experts(i, r),
-                      "must be in [0, " + std::to_string(n) + ")");
+      detail::require(experts(i, r) >= 0 && experts(i, r) < n, detail::Indexed{"experts", i, r}, experts(i, r),
+                      "must be in [0, ", n, ")");
 
   // Counting sort: count, clip to capacity, prefix-sum, scatter in token order.
   std::vector<index_t> count(static_cast<std::size_t>(n), 0);

@@ -6,6 +6,7 @@
 
 #include <type_traits>
 
+#include "ssr/error.hpp"
 #include "ssr/view.hpp"
 
 namespace ssr {

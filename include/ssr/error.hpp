@@ -1,6 +1,8 @@
-// ssr::Error and the argument checks every entry point runs before it writes anything.
+// ssr::Error and the argument checks every entry point runs before it writes anything. A check builds
+// its message only when it fails, so checks cost nothing on the hot path (no strings, no allocation).
 #pragma once
 
+#include <cstddef>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -15,18 +17,36 @@ class Error : public std::invalid_argument {
 
 namespace detail {
 
-template <class V>
-std::string describe(const char* name, const V& value) {
+// An element's name in a message: name[i] of a vector, name(i, j) of a matrix.
+struct Indexed {
+  const char* name;
+  std::ptrdiff_t i;
+  std::ptrdiff_t j = -1;
+};
+
+inline std::ostream& operator<<(std::ostream& os, const Indexed& e) {
+  if (e.j < 0) return os << e.name << '[' << e.i << ']';
+  return os << e.name << '(' << e.i << ", " << e.j << ')';
+}
+
+// The parts streamed one after the other, numbers with 9 significant digits.
+template <class... Parts>
+std::string concat(const Parts&... parts) {
   std::ostringstream os;
   os.precision(9);
-  os << name << " = " << value;
+  (os << ... << parts);
   return os.str();
 }
 
-// Throws "ssr: invalid NAME = VALUE: REQUIREMENT" unless ok.
-template <class V>
-void require(bool ok, const char* name, const V& value, const std::string& requirement) {
-  if (!ok) throw Error("invalid " + describe(name, value) + ": " + requirement);
+template <class... Parts>
+[[noreturn]] void fail(const Parts&... parts) {
+  throw Error(concat(parts...));
+}
+
+// Throws "ssr: invalid NAME = VALUE: REQUIREMENT..." unless ok.
+template <class Name, class V, class... Requirement>
+void require(bool ok, const Name& name, const V& value, const Requirement&... requirement) {
+  if (!ok) fail("invalid ", name, " = ", value, ": ", requirement...);
 }
 
 }  // namespace detail

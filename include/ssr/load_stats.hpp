@@ -11,12 +11,12 @@
 namespace ssr {
 
 struct LoadStats {
-  std::int64_t total = 0;      // assignments counted
-  double max_over_mean = 0;    // 1 when balanced; n when one expert takes everything (0 when total = 0)
-  double cv = 0;               // coefficient of variation: population std / mean (0 when total = 0)
-  double entropy = 0;          // of the load distribution, in nats
+  std::int64_t total = 0;         // assignments counted
+  double max_over_mean = 0;       // 1 when balanced; n when one expert takes everything (0 when total = 0)
+  double cv = 0;                  // coefficient of variation: population std / mean (0 when total = 0)
+  double entropy = 0;             // of the load distribution, in nats
   double normalized_entropy = 0;  // entropy / log n: 1 when balanced (1 when n = 1)
-  index_t empty_experts = 0;   // experts that received nothing
+  index_t empty_experts = 0;      // experts that received nothing
 };
 
 inline LoadStats load_stats(VectorView<const std::int32_t> load) {
@@ -24,12 +24,12 @@ inline LoadStats load_stats(VectorView<const std::int32_t> load) {
   LoadStats st;
   std::int64_t top = 0;
   for (index_t j = 0; j < load.size; ++j) {
-    detail::require(load[j] >= 0, ("load[" + std::to_string(j) + "]").c_str(), load[j], "must be >= 0");
+    detail::require(load[j] >= 0, detail::Indexed{"load", j}, load[j], "must be >= 0");
     st.total += load[j];
     top = std::max<std::int64_t>(top, load[j]);
     st.empty_experts += load[j] == 0;
   }
-  const double n = static_cast<double>(load.size);
+  const auto n = static_cast<double>(load.size);
   st.normalized_entropy = load.size == 1 ? 1.0 : 0.0;
   if (st.total == 0) return st;
   const double mean = static_cast<double>(st.total) / n;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ssr/error.hpp"
+#include "ssr/validate.hpp"
 #include "ssr/view.hpp"
 
 namespace ssr {
@@ -33,9 +34,7 @@ void require_loss_input(ConstMatrixView<T> logits, MatrixView<T> grad) {
   if (!grad.empty()) require_shape(grad, "grad", logits.rows, logits.cols);
   for (index_t i = 0; i < logits.rows; ++i)
     for (index_t j = 0; j < logits.cols; ++j)
-      if (!std::isfinite(logits(i, j)))
-        throw Error("invalid " + describe(("logits(" + std::to_string(i) + ", " + std::to_string(j) + ")").c_str(), logits(i, j)) +
-                    ": logits must be finite");
+      if (!std::isfinite(logits(i, j))) fail_non_finite_logit(i, j, logits(i, j));
 }
 }  // namespace detail
 
@@ -46,15 +45,13 @@ double load_balancing_loss(ConstMatrixView<T> logits, ConstMatrixView<std::int32
   detail::require_loss_input(logits, grad);
   const index_t m = logits.rows, n = logits.cols;
   detail::require_shape(experts, "experts", m, experts.cols);
-  detail::require(experts.cols >= 1 && experts.cols <= n, "experts.cols", experts.cols,
-                  "must be in [1, n = " + std::to_string(n) + "]");
+  detail::require(experts.cols >= 1 && experts.cols <= n, "experts.cols", experts.cols, "must be in [1, n = ", n, "]");
   std::vector<double> f(static_cast<std::size_t>(n), 0.0), mean_p(static_cast<std::size_t>(n), 0.0),
       p(static_cast<std::size_t>(n));
   for (index_t i = 0; i < m; ++i) {
     for (index_t r = 0; r < experts.cols; ++r) {
       const std::int32_t e = experts(i, r);
-      detail::require(e >= 0 && e < n, ("experts(" + std::to_string(i) + ", " + std::to_string(r) + ")").c_str(), e,
-                      "must be in [0, " + std::to_string(n) + ")");
+      detail::require(e >= 0 && e < n, detail::Indexed{"experts", i, r}, e, "must be in [0, ", n, ")");
       f[static_cast<std::size_t>(e)] += 1.0 / static_cast<double>(m * experts.cols);
     }
   }
@@ -72,7 +69,8 @@ double load_balancing_loss(ConstMatrixView<T> logits, ConstMatrixView<std::int32
     }
   }
   double loss = 0;
-  for (index_t j = 0; j < n; ++j) loss += f[static_cast<std::size_t>(j)] * mean_p[static_cast<std::size_t>(j)] / static_cast<double>(m);
+  for (index_t j = 0; j < n; ++j)
+    loss += f[static_cast<std::size_t>(j)] * mean_p[static_cast<std::size_t>(j)] / static_cast<double>(m);
   return static_cast<double>(n) * loss;
 }
 
@@ -87,7 +85,8 @@ double z_loss(ConstMatrixView<T> logits, MatrixView<T> grad = {}) {
     const double lse = detail::softmax_row(logits.row(i), n, p.data());
     loss += lse * lse;
     if (!grad.empty())
-      for (index_t j = 0; j < n; ++j) grad(i, j) = static_cast<T>(2.0 / static_cast<double>(m) * lse * p[static_cast<std::size_t>(j)]);
+      for (index_t j = 0; j < n; ++j)
+        grad(i, j) = static_cast<T>(2.0 / static_cast<double>(m) * lse * p[static_cast<std::size_t>(j)]);
   }
   return loss / static_cast<double>(m);
 }

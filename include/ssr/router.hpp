@@ -1,38 +1,71 @@
 // Router<Policy, Backend>: the one entry point. It validates every argument, asks the policy what this
-// call computes (RouteSpec), and has the backend compute it on the caller's buffers.
+// call computes (RouteSpec), and has the backend compute it on the caller's buffers, with the caller's
+// stream, workspace and checks (CallOptions).
+//
+// Header weight: this header brings the policies, views, Router, losses, load statistics and dispatch
+// helpers, and the CPU backend (Eigen, OpenMP) except in CUDA translation units, which include
+// <ssr/backend/cpu.hpp> when they want it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-#include <string>
+#include <type_traits>
 #include <utility>
 
-#include "ssr/backend/cpu.hpp"
+#include "ssr/call.hpp"
 #include "ssr/context.hpp"
 #include "ssr/dispatch.hpp"
+#include "ssr/error.hpp"
 #include "ssr/load_stats.hpp"
 #include "ssr/losses.hpp"
-#include "ssr/error.hpp"
+#include "ssr/named.hpp"
 #include "ssr/policy/noisy_cost.hpp"
 #include "ssr/policy/selective.hpp"
 #include "ssr/policy/sinkhorn_topk.hpp"
 #include "ssr/policy/softmax_topk.hpp"
 #include "ssr/policy/traits.hpp"
 #include "ssr/spec.hpp"
+#include "ssr/validate.hpp"
 #include "ssr/view.hpp"
 
 namespace ssr {
+
+template <class T>
+class CpuBackend;
+
+namespace detail {
+template <class B, class = void>
+struct is_complete : std::false_type {};
+template <class B>
+struct is_complete<B, std::void_t<decltype(sizeof(B))>> : std::true_type {};
+}  // namespace detail
+
+// dL/dw to dL/dS for the call that produced experts, weights and info, on any backend: the gradient
+// needs the backend and the RouteInfo only. Shapes are checked here, values by the backend (unless
+// options.check_finite is off).
+template <class Backend, class T = typename Backend::value_type>
+void backward(Backend& backend, const RouteInfo& info, ConstMatrixView<std::int32_t> experts,
+              ConstMatrixView<T> weights, ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits,
+              const typename Backend::options_type& options = {}) {
+  detail::validate_backward(experts, weights, grad_weights, grad_logits);
+  if (experts.rows > 0) backend.backward(info, experts, weights, grad_weights, grad_logits, options);
+}
 
 template <class Policy, class Backend = CpuBackend<float>>
 class Router {
   static_assert(is_policy<Policy>::value,
                 "ssr::Router<Policy, Backend>: Policy is not a routing policy (it needs validate() and "
                 "resolve(const Context&) returning RouteSpec), e.g. SoftmaxTopK or SinkhornTopK");
+  static_assert(detail::is_complete<Backend>::value,
+                "ssr::Router<Policy, Backend>: the backend is not defined here; include its header, e.g. "
+                "<ssr/backend/cpu.hpp> (which <ssr/router.hpp> leaves out of CUDA translation units)");
 
  public:
   using policy_type = Policy;
   using backend_type = Backend;
   using value_type = typename Backend::value_type;
   using T = value_type;
+  using options_type = typename Backend::options_type;
 
   // Validates the policy once: it cannot change afterwards (policy() is const).
   explicit Router(Policy policy = {}, Backend backend = {}) : policy_(std::move(policy)), backend_(std::move(backend)) {
@@ -46,53 +79,67 @@ class Router {
   // The spec this router runs for ctx: the path, and for training calls the noise and the coin.
   RouteSpec resolve(const Context& ctx) const { return policy_.resolve(ctx); }
 
+  // Workspace bytes of the call with this context over m x n logits (CallOptions::workspace), including
+  // what backward needs.
+  std::size_t workspace_bytes(index_t m, index_t n, const Context& ctx) const {
+    return backend_.workspace_bytes(resolve(ctx), m, n);
+  }
+  // Workspace bytes enough for any call of this router over m x n logits, either path.
+  std::size_t workspace_bytes(index_t m, index_t n) const {
+    RouteSpec spec = resolve(Context::eval());
+    spec.path = Path::softmax;
+    const std::size_t softmax = backend_.workspace_bytes(spec, m, n);
+    spec.path = Path::sinkhorn;
+    const std::size_t sinkhorn = backend_.workspace_bytes(spec, m, n);
+    return softmax > sinkhorn ? softmax : sinkhorn;
+  }
+
   // Routes m tokens over n experts. Every argument is checked before anything is written.
-  RouteInfo route(ConstMatrixView<T> logits, const Context& ctx, const RouteOutputs<T>& out) {
-    const RouteSpec spec = policy_.resolve(ctx);
-    const index_t m = logits.rows, n = logits.cols;
-    detail::require(n >= 1, "logits.cols", n, "must be at least 1 (the number of experts)");
-    detail::require(m >= 0, "logits.rows", m, "must be >= 0");
-    detail::require(spec.k <= n, "k", spec.k, "must be at most the number of experts n = " + std::to_string(n));
-    if (m > 0) {
-      detail::require_shape(logits, "logits", m, n);
-      detail::require_shape(out.experts, "experts", m, spec.k);
-      detail::require_shape(out.weights, "weights", m, spec.k);
-      if (!out.plan.empty()) detail::require_shape(out.plan, "plan", m, n);
-      if (!out.noise.empty()) detail::require_shape(out.noise, "noise", m, n);
-    }
-    if (!out.load.empty()) detail::require_size(out.load, "load", n);
-    if (m > 0) backend_.check_finite(logits);
-    return backend_.route(spec, logits, out);
+  RouteInfo route(ConstMatrixView<T> logits, const Context& ctx, const RouteOutputs<T>& out,
+                  const options_type& options = {}) {
+    return route_as<T>(logits, ctx, out, options);
+  }
+
+  // The same for logits of another element type the backend reads (the CUDA backend: half and bfloat16
+  // logits, computing in float).
+  template <class L, std::enable_if_t<!std::is_same<std::remove_const_t<L>, T>::value, int> = 0>
+  RouteInfo route(MatrixView<L> logits, const Context& ctx, const RouteOutputs<T>& out,
+                  const options_type& options = {}) {
+    using In = std::remove_const_t<L>;
+    static_assert(Backend::template reads_logits<In>,
+                  "ssr::Router::route: the backend does not read logits of this type");
+    return route_as<In>(logits, ctx, out, options);
   }
 
   // Maps dL/dw (m x k) to dL/dS (m x n) for the call that produced experts, weights and info.
   void backward(const RouteInfo& info, ConstMatrixView<std::int32_t> experts, ConstMatrixView<T> weights,
-                ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits) const {
-    const index_t m = experts.rows, n = grad_logits.cols, k = experts.cols;
-    detail::require(n >= 1, "grad_logits.cols", n, "must be at least 1 (the number of experts)");
-    detail::require(k >= 1 && k <= n, "experts.cols", k, "must be in [1, n = " + std::to_string(n) + "]");
-    if (m == 0) return;
-    detail::require_shape(experts, "experts", m, k);
-    detail::require_shape(weights, "weights", m, k);
-    detail::require_shape(grad_weights, "grad_weights", m, k);
-    detail::require_shape(grad_logits, "grad_logits", m, n);
-    backend_.check_backward(experts, weights, grad_weights, n);
-    backend_.backward(info, experts, weights, grad_weights, grad_logits);
+                ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits, const options_type& options = {}) {
+    ssr::backward(backend_, info, experts, weights, grad_weights, grad_logits, options);
+  }
+
+  // Completes an info a GPU call returned before its solve statistics reached the host: waits for the
+  // call's stream (options.stream) and reads them. Nothing to do for a complete info.
+  void wait(RouteInfo& info, const options_type& options = {}) {
+    if (!info.complete()) backend_.wait(info, options);
   }
 
  private:
+  template <class In>
+  RouteInfo route_as(ConstMatrixView<In> logits, const Context& ctx, const RouteOutputs<T>& out,
+                     const options_type& options) {
+    const RouteSpec spec = policy_.resolve(ctx);
+    detail::validate_route(spec.k, logits, out);
+    RouteInfo info = backend_.route(spec, logits, out, options);
+    if (options.wait) wait(info, options);
+    return info;
+  }
+
   Policy policy_;
   Backend backend_;
 };
 
-// The routers of the paper, ready made.
-// SSR: Sinkhorn (plan weights, optional noise) with probability p in training, noisy softmax top-k otherwise.
-using SSRPolicy = SelectivePolicy<NoisyCost<SinkhornTopK>, NoisyCost<SoftmaxTopK>>;
-
-inline SSRPolicy make_ssr(int k = 2, Cost cost = Cost::linear, double p = 1e-3, SinkhornParams sinkhorn = {},
-                          double noise_alpha = 0, double noise_sigma = 1) {
-  return SSRPolicy(NoisyCost<SinkhornTopK>(SinkhornTopK(k, cost, sinkhorn, Weights::plan), noise_alpha, noise_sigma),
-                   NoisyCost<SoftmaxTopK>(SoftmaxTopK(k, cost), noise_alpha, noise_sigma), p);
-}
-
 }  // namespace ssr
+
+#if !defined(__CUDACC__)
+#include "ssr/backend/cpu/backend.hpp"
+#endif

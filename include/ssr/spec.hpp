@@ -1,5 +1,5 @@
-// What one routing call computes, once a policy has resolved its choices for a context.
-// Policies produce a RouteSpec; backends execute it. Neither knows how the other works.
+// What one routing call computes, once a policy has resolved its choices for a context (RouteSpec), what
+// it writes (RouteOutputs) and what it reports (RouteInfo). Policies produce specs; backends execute them.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +44,13 @@ struct RouteSpec {
   SSR_HD bool noisy() const { return noise_alpha > 0; }
 };
 
+// A Sinkhorn solve's statistics as a backend writes them, in its own memory (device memory on a GPU).
+struct SolveStats {
+  std::int32_t iterations = 0;
+  std::int32_t converged = 1;
+  double marginal_error = 0;
+};
+
 // What a routing call reports besides its outputs.
 struct RouteInfo {
   Path path = Path::softmax;
@@ -51,6 +58,17 @@ struct RouteInfo {
   int iterations = 0;                 // Sinkhorn iterations (0 on the softmax path)
   double marginal_error = 0;          // final normalised L1 column error (0 on the softmax path)
   bool converged = true;              // marginal_error < tol within max_iters
+  // Set when a GPU call returned before its solve statistics reached the host: they are being written
+  // here (device memory, in the call's workspace), and Router::wait fills in the three fields above.
+  const SolveStats* pending = nullptr;
+
+  bool complete() const { return pending == nullptr; }
+  void set(const SolveStats& s) {
+    iterations = s.iterations;
+    marginal_error = s.marginal_error;
+    converged = s.converged != 0;
+    pending = nullptr;
+  }
 };
 
 // The info of a call before anything is solved: its path, and whether its weights pass gradient.
@@ -64,11 +82,11 @@ inline RouteInfo initial_info(const RouteSpec& spec) {
 // Caller-owned outputs of a routing call over m tokens, n experts, top-k.
 template <class T>
 struct RouteOutputs {
-  MatrixView<std::int32_t> experts;  // m x k, per token by descending score; required
-  MatrixView<T> weights;             // m x k, each row sums to 1; required
+  MatrixView<std::int32_t> experts;    // m x k, per token by descending score; required
+  MatrixView<T> weights;               // m x k, each row sums to 1; required
   VectorView<std::int32_t> load = {};  // n: tokens sent to each expert; optional
-  MatrixView<T> plan = {};           // m x n transport plan, written when the Sinkhorn path runs; optional
-  MatrixView<T> noise = {};          // m x n, the alpha * eps that was added (zeros if none); optional
+  MatrixView<T> plan = {};             // m x n transport plan, written when the Sinkhorn path runs; optional
+  MatrixView<T> noise = {};            // m x n, the alpha * eps that was added (zeros if none); optional
 };
 
 }  // namespace ssr

@@ -25,13 +25,16 @@ constexpr bool is_xtensor_with_data() {
 template <class E, std::enable_if_t<detail::is_xtensor_with_data<E>(), int> = 0>
 auto view(E&& e) {
   using T = std::remove_pointer_t<decltype(e.data())>;
-  if (e.dimension() != 2) throw Error("view: the xtensor expression has " + std::to_string(e.dimension()) + " dimensions, expected 2");
+  if (e.dimension() != 2)
+    throw Error("view: the xtensor expression has " + std::to_string(e.dimension()) + " dimensions, expected 2");
   const auto rows = static_cast<index_t>(e.shape()[0]), cols = static_cast<index_t>(e.shape()[1]);
   const auto inner = static_cast<index_t>(e.strides()[1]), outer = static_cast<index_t>(e.strides()[0]);
   if (cols > 1 && inner != 1)
-    throw Error("view: the xtensor expression must be row-major with unit inner stride (inner stride " + std::to_string(inner) + ")");
+    throw Error("view: the xtensor expression must be row-major with unit inner stride (inner stride " +
+                std::to_string(inner) + ")");
   const index_t stride = rows > 1 ? outer : cols;  // xtensor gives extent-1 dimensions stride 0
-  if (stride < cols) throw Error("view: the xtensor expression's row stride " + std::to_string(stride) + " is below its column count");
+  if (stride < cols)
+    throw Error("view: the xtensor expression's row stride " + std::to_string(stride) + " is below its column count");
   return MatrixView<T>(e.data() + e.data_offset(), rows, cols, stride);
 }
 
@@ -39,7 +42,8 @@ auto view(E&& e) {
 template <class E, std::enable_if_t<detail::is_xtensor_with_data<E>(), int> = 0>
 auto vector_view(E&& e) {
   using T = std::remove_pointer_t<decltype(e.data())>;
-  if (e.dimension() != 1) throw Error("vector_view: the xtensor expression has " + std::to_string(e.dimension()) + " dimensions, expected 1");
+  if (e.dimension() != 1)
+    throw Error("vector_view: the xtensor expression has " + std::to_string(e.dimension()) + " dimensions, expected 1");
   if (e.size() > 1 && e.strides()[0] != 1) throw Error("vector_view: the xtensor expression must be contiguous");
   return VectorView<T>(e.data() + e.data_offset(), static_cast<index_t>(e.size()));
 }

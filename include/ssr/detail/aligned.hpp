@@ -17,6 +17,7 @@ class AlignedBuffer {
   AlignedBuffer(const AlignedBuffer&) = delete;
   AlignedBuffer& operator=(const AlignedBuffer&) = delete;
   AlignedBuffer(AlignedBuffer&&) noexcept = default;
+  ~AlignedBuffer() = default;
   AlignedBuffer& operator=(AlignedBuffer&&) noexcept = default;
 
   // Makes room for n elements; contents are unspecified after a growth.

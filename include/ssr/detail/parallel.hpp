@@ -10,6 +10,8 @@
 #define SSR_OMP(directive)
 #endif
 
+#include "ssr/view.hpp"
+
 namespace ssr {
 namespace detail {
 
@@ -27,6 +29,31 @@ inline int thread_id() {
 #else
   return 0;
 #endif
+}
+
+// Runs body() on a team of `threads` threads, or on the calling thread alone when threads is 1: OpenMP
+// runtimes allocate a team for every one-thread region, and a warmed-up call allocates nothing. The body
+// shares its work with orphaned worksharing directives (SSR_OMP(for ...), SSR_OMP(single)).
+template <class Body>
+void parallel(int threads, const Body& body) {
+#ifdef _OPENMP
+  if (threads > 1) {
+    SSR_OMP(parallel num_threads(threads))
+    body();
+    return;
+  }
+#endif
+  (void)threads;
+  body();
+}
+
+// f(i) for i in [0, count), split statically over `threads` threads.
+template <class F>
+void parallel_for(int threads, index_t count, const F& f) {
+  parallel(threads, [&] {
+    SSR_OMP(for schedule(static))
+    for (index_t i = 0; i < count; ++i) f(i);
+  });
 }
 
 }  // namespace detail

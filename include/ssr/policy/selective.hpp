@@ -25,7 +25,7 @@ struct SelectivePolicy {
     common.validate();
     detail::require(p >= 0 && p <= 1, "p", p, "must be in [0, 1]");
     const int kr = rare.resolve(Context{}).k, kc = common.resolve(Context{}).k;
-    detail::require(kr == kc, "k", kr, "of the rare policy must equal k = " + std::to_string(kc) + " of the common one");
+    detail::require(kr == kc, "k", kr, "of the rare policy must equal k = ", kc, " of the common one");
   }
 
   // True when this call takes the rare path.

@@ -1,102 +1,149 @@
-// CudaBackend<T>: the Thrust backend on the CUDA system plus fused kernels for the hot paths:
-// softmax top-k in one kernel (k <= fused_max_k), and the Sinkhorn iterations in one cooperative kernel
-// that decides convergence on the device (n up to 736, see sinkhorn_fits). Views hold device pointers; work runs on the backend's stream, and a
-// routing call returns once its results are in place.
+// CudaBackend<T>: routing on an NVIDIA GPU. Views hold device pointers. Fused kernels take the hot paths
+// (softmax top-k for k <= CudaTuning::fused_max_k; the Sinkhorn iterations in one cooperative kernel for
+// n up to 736, CudaTuning::sinkhorn_fits); the Thrust backend's algorithms take the rest. Every kernel and
+// copy of a call is ordered on CallOptions::stream. A call waits for the host only where asked: the
+// finiteness check reads one flag back (off with check_finite = false), and the Sinkhorn path's statistics
+// reach RouteInfo through Router::wait (or CallOptions::wait). Workspace: the caller's, or the backend's own,
+// allocated in stream order the first time a shape needs more.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
-#include <thrust/device_vector.h>
-#include <thrust/for_each.h>
-#include <thrust/iterator/counting_iterator.h>
 #include <thrust/system/cuda/execution_policy.h>
 
-#include <string>
+#include <cstdint>
+#include <type_traits>
 
-#include "ssr/backend/thrust.hpp"
+#include "ssr/backend/thrust/algorithms.hpp"
+#include "ssr/call.hpp"
+#include "ssr/cuda/buffer.cuh"
 #include "ssr/cuda/check.cuh"
 #include "ssr/cuda/load.cuh"
+#include "ssr/cuda/scalar.cuh"
+#include "ssr/cuda/scan.cuh"
 #include "ssr/cuda/sinkhorn.cuh"
 #include "ssr/cuda/softmax_topk.cuh"
-#include "ssr/error.hpp"
+#include "ssr/cuda/tuning.cuh"
+#include "ssr/detail/workspace.hpp"
+#include "ssr/spec.hpp"
+#include "ssr/view.hpp"
 
 namespace ssr {
 
 template <class T>
-class CudaBackend : public ThrustBackend<T> {
+class CudaBackend {
+  static_assert(std::is_same<T, float>::value || std::is_same<T, double>::value,
+                "ssr::CudaBackend<T>: T must be float or double");
+
  public:
   using value_type = T;
+  using stream_type = cudaStream_t;
+  using options_type = CallOptions<cudaStream_t>;
+  // The logits element types route reads: T, and for T = float also __half and __nv_bfloat16 (computing in float).
+  template <class L>
+  static constexpr bool reads_logits = std::is_same<L, T>::value ||
+                                       (std::is_same<T, float>::value &&
+                                        (std::is_same<L, __half>::value || std::is_same<L, __nv_bfloat16>::value));
 
-  CudaBackend() = default;
-  explicit CudaBackend(cudaStream_t stream) : stream_(stream) {}
-  cudaStream_t stream() const { return stream_; }
+  // Bytes of device workspace a call of this spec and shape uses, backward's included.
+  std::size_t workspace_bytes(const RouteSpec& spec, index_t m, index_t n) const {
+    detail::Carve c;
+    layout(c, spec, m, n);
+    return c.bytes();
+  }
+  // Bytes of the backend's own workspace: it only grows, so same-shaped calls allocate once.
+  std::size_t held_workspace_bytes() const { return own_.bytes(); }
 
-  RouteInfo route(const RouteSpec& spec, ConstMatrixView<T> s, const RouteOutputs<T>& out) {
-    namespace k = detail::thrust_kernels;
+  template <class In>
+  RouteInfo route(const RouteSpec& spec, ConstMatrixView<In> s, const RouteOutputs<T>& out,
+                  const options_type& options) {
+    static_assert(reads_logits<In>, "ssr::CudaBackend<T>: logits must be T, or __half or __nv_bfloat16 for T = float");
+    namespace alg = thrust_algorithms;
     const index_t m = s.rows, n = s.cols;
-    const bool fused_softmax = spec.path == Path::softmax && spec.k <= cuda::fused_max_k;
-    const bool fused_sinkhorn = spec.path == Path::sinkhorn && cuda::sinkhorn_fits(n);
-    if (m == 0 || !(fused_softmax || fused_sinkhorn)) {
-      RouteOutputs<T> rest = out;
-      rest.load = {};
-      const RouteInfo info = ThrustBackend<T>::route(spec, s, rest);
-      if (!out.load.empty()) count_load(out.experts, out.load);
-      cuda::check(cudaStreamSynchronize(stream_), "route");
-      return info;
-    }
-
+    const cudaStream_t stream = options.stream;
+    detail::Carve c = detail::carve_workspace(options.workspace, workspace_bytes(spec, m, n), own_workspace(stream));
+    const Layout b = layout(c, spec, m, n);
+    if (options.check_finite) cuda::check_finite(s, b.flag, stream);
     RouteInfo info = initial_info(spec);
-    const auto policy = thrust::cuda::par.on(stream_);
-    const thrust::counting_iterator<index_t> zero(0);
-    if (fused_softmax) {
-      cuda::softmax_topk<T, T>(s, spec, out.experts, out.weights, out.noise, stream_);
-      cuda::check(cudaGetLastError(), "softmax_topk");
-    } else {
-      const auto ws = cuda::SinkhornWorkspace::of(m, n);
-      grow(logk_, m * n);
-      grow(f_, ws.f);
-      grow(g_, ws.g);
-      grow(partial_, ws.partial);
-      grow(colerr_, ws.colerr);
-      if (state_.size() == 0) state_.resize(1);
-      T* logk = thrust::raw_pointer_cast(logk_.data());
-      double* g = thrust::raw_pointer_cast(g_.data());
-      thrust::for_each(policy, zero, zero + m, k::KernelRow<T>{spec, s, logk, out.noise});
-      const cuda::SinkhornState st = cuda::sinkhorn_iterate<T>(
-          logk, thrust::raw_pointer_cast(f_.data()), g, thrust::raw_pointer_cast(partial_.data()),
-          thrust::raw_pointer_cast(colerr_.data()),
-          thrust::raw_pointer_cast(state_.data()), m, n, spec.sinkhorn, stream_);
-      cuda::check(cudaGetLastError(), "sinkhorn");
-      info.iterations = st.iterations;
-      info.marginal_error = st.err;
-      info.converged = st.err < spec.sinkhorn.tol;
-      thrust::for_each(policy, zero, zero + m, k::PlanRow<T>{spec, s, logk, g, out.experts, out.weights, out.plan});
+    const auto exec = thrust::cuda::par_nosync.on(stream);
+    if (m > 0 && spec.path == Path::softmax) {
+      if (spec.k <= CudaTuning::fused_max_k) {
+        cuda::softmax_topk(s, spec, out.experts, out.weights, out.noise, stream);
+      } else {
+        alg::softmax_topk(exec, spec, s, out);
+      }
+    } else if (m > 0 && CudaTuning::sinkhorn_fits(n)) {
+      alg::sinkhorn_kernel(exec, spec, s, b.fused.logk, out.noise);
+      cuda::sinkhorn_solve(b.fused, m, n, spec.sinkhorn, stream);
+      alg::plan_topk(exec, spec, s, b.fused.logk, b.fused.g, out);
+      info.pending = b.fused.stats;
+    } else if (m > 0) {  // iterations queued with the decision on the device: no host round trip either
+      alg::sinkhorn_kernel(exec, spec, s, b.wide.logk, out.noise);
+      alg::sinkhorn_iterate(exec, b.wide, m, n, spec.sinkhorn, /*host_decides=*/false);
+      alg::plan_topk(exec, spec, s, b.wide.logk, b.wide.g, out);
+      info.pending = &b.wide.state->stats;
     }
-    if (!out.load.empty()) count_load(out.experts, out.load);
-    cuda::check(cudaStreamSynchronize(stream_), "route");
+    if (!out.load.empty()) {
+      if (n <= CudaTuning::count_max_experts) {
+        cuda::count_load(out.experts, out.load, stream);
+      } else {
+        alg::count_load(exec, out.experts, out.load, b.load_counts);
+      }
+    }
+    cuda::check(cudaGetLastError(), "route");
     return info;
   }
 
- private:
-  void count_load(ConstMatrixView<std::int32_t> experts, VectorView<std::int32_t> load) {
-    if (load.size <= cuda::count_max_experts) {
-      cuda::count_load(experts, load, stream_);
-    } else {
-      const thrust::counting_iterator<index_t> zero(0);
-      thrust::for_each(thrust::cuda::par.on(stream_), zero, zero + load.size,
-                       detail::thrust_kernels::Count<T>{experts, load.data});
+  void backward(const RouteInfo& info, ConstMatrixView<std::int32_t> experts, ConstMatrixView<T> weights,
+                ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits, const options_type& options) {
+    const cudaStream_t stream = options.stream;
+    if (options.check_finite) {
+      detail::Carve flag_only;
+      flag_only.take<unsigned long long>(1);
+      detail::Carve c = detail::carve_workspace(options.workspace, flag_only.bytes(), own_workspace(stream));
+      cuda::check_backward(experts, weights, grad_weights, grad_logits.cols, c.take<unsigned long long>(1), stream);
     }
-    cuda::check(cudaGetLastError(), "count_load");
+    thrust_algorithms::backward(thrust::cuda::par_nosync.on(stream), info, experts, weights, grad_weights, grad_logits);
+    cuda::check(cudaGetLastError(), "backward");
   }
 
-  template <class V>
-  static void grow(thrust::device_vector<V>& v, index_t size) {
-    if (static_cast<index_t>(v.size()) < size) v.resize(static_cast<std::size_t>(size));
+  // Waits for the stream and reads the solve statistics of a call that returned without them.
+  void wait(RouteInfo& info, const options_type& options) {
+    SolveStats host{};
+    cuda::check(cudaMemcpyAsync(&host, info.pending, sizeof host, cudaMemcpyDeviceToHost, options.stream),
+                "read solve stats");
+    cuda::check(cudaStreamSynchronize(options.stream), "wait");
+    info.set(host);
   }
 
-  cudaStream_t stream_ = nullptr;
-  thrust::device_vector<T> logk_;
-  thrust::device_vector<double> f_, g_, partial_, colerr_;
-  thrust::device_vector<cuda::SinkhornState> state_;
+ private:
+  struct Layout {
+    unsigned long long* flag;                    // the checks' result (first, so backward finds it too)
+    std::int32_t* load_counts;                   // n > count_max_experts: the Thrust load count's blocks
+    cuda::SinkhornBuffers<T> fused;              // the fused solve's
+    thrust_algorithms::SinkhornBuffers<T> wide;  // the Thrust solve's (n too large for the fused one)
+  };
+
+  static Layout layout(detail::Carve& c, const RouteSpec& spec, index_t m, index_t n) {
+    Layout l{};
+    l.flag = c.take<unsigned long long>(1);
+    if (n > CudaTuning::count_max_experts) l.load_counts = thrust_algorithms::load_layout(c, m, n);
+    if (spec.path == Path::sinkhorn) {
+      if (CudaTuning::sinkhorn_fits(n)) {
+        l.fused = cuda::sinkhorn_layout<T>(c, m, n);
+      } else {
+        l.wide = thrust_algorithms::sinkhorn_layout<T>(c, m, n);
+      }
+    }
+    return l;
+  }
+
+  auto own_workspace(cudaStream_t stream) {
+    return [this, stream](std::size_t needed) { return own_.reserve(needed, stream); };
+  }
+
+  cuda::DeviceBuffer own_;
 };
 
 }  // namespace ssr

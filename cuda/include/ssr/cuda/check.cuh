@@ -1,4 +1,4 @@
-// CUDA runtime errors as ssr::Error.
+// CUDA runtime errors as ssr::Error, naming the call that failed.
 #pragma once
 
 #include <cuda_runtime.h>

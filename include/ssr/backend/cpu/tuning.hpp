@@ -1,4 +1,6 @@
-// The CPU backend's tuning constants, in one place.
+// The CPU backend's tuning constants, in one place: the vector width rows are padded to, the blocking of
+// the column sums (a function of the shape only, so results do not depend on the thread count), and when
+// a call is worth a team of threads.
 #pragma once
 
 #include <algorithm>
@@ -22,10 +24,13 @@ struct CpuTuning {
 
   static constexpr index_t padded(index_t n) { return (n + pad - 1) / pad * pad; }
   static constexpr index_t rows_per_block(index_t n) { return std::max(min_rows, block_elements / padded(n)); }
+  static constexpr index_t blocks(index_t m, index_t n) { return (m + rows_per_block(n) - 1) / rows_per_block(n); }
 
   // Absorb g into Q once some |g_j - h_j| exceeds this: the scalings v stay within exp(+-bound).
   template <class T>
-  static constexpr double absorb_bound() { return std::is_same<T, float>::value ? 30.0 : 300.0; }
+  static constexpr double absorb_bound() {
+    return std::is_same<T, float>::value ? 30.0 : 300.0;
+  }
 };
 
 }  // namespace ssr

@@ -1,0 +1,172 @@
+// What the CUDA backend promises an engine beyond the property tests: half and bfloat16 logits through
+// Router, all of a call's work on the caller's stream and none on the default stream, capture of unchecked
+// calls in a CUDA graph (which also proves they allocate nothing and never wait), and repeatable bits.
+#include <catch2/catch.hpp>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "support.hpp"
+
+using ssr::Context;
+using ssr::index_t;
+using Options = ssr::CallOptions<cudaStream_t>;
+
+namespace {
+
+// Device memory for one call's logits and outputs, filled from the host.
+template <class In>
+struct DeviceCall {
+  index_t m, n, k;
+  test::Bytes logits, experts, weights, load;
+  DeviceCall(const std::vector<In>& s, index_t m_, index_t n_, index_t k_)
+      : m(m_), n(n_), k(k_), logits(s.size() * sizeof(In), 0), experts(m * k * 4, 0xff), weights(m * k * 4, 0xff),
+        load(n * 4, 0xff) {
+    test::cuda_ok(cudaMemcpy(logits.data(), s.data(), s.size() * sizeof(In), cudaMemcpyHostToDevice), "upload");
+  }
+  ssr::ConstMatrixView<In> in() { return {static_cast<const In*>(logits.data()), m, n}; }
+  ssr::RouteOutputs<float> out() {
+    return {{static_cast<std::int32_t*>(experts.data()), m, k}, {static_cast<float*>(weights.data()), m, k},
+            {static_cast<std::int32_t*>(load.data()), n}};
+  }
+};
+
+template <class Half>
+std::vector<Half> rounded(const std::vector<float>& s, std::vector<float>& back) {
+  std::vector<Half> h(s.size());
+  back.resize(s.size());
+  for (std::size_t e = 0; e < s.size(); ++e) {
+    h[e] = Half(s[e]);
+    back[e] = static_cast<float>(h[e]);
+  }
+  return h;
+}
+
+template <class Half>
+void require_low_precision_routes_as_float() {
+  const index_t m = 3000, n = 16, k = 2;
+  std::vector<float> back;
+  const auto h = rounded<Half>(test::random_logits<float>(m, n, 2.0, 11, 3.0), back);
+  for (const double p : {0.0, 1.0}) {
+    const auto policy = ssr::make_ssr(2, ssr::Cost::softmax, p, {0.5, 1e-6, 100}, 0.2);
+    ssr::Router<ssr::SSRPolicy, ssr::CudaBackend<float>> router(policy);
+    DeviceCall<Half> a(h, m, n, k);
+    DeviceCall<float> b(back, m, n, k);
+    const auto ia = router.route(a.in(), Context::train(3), a.out(), Options{}.waiting());
+    const auto ib = router.route(b.in(), Context::train(3), b.out(), Options{}.waiting());
+    INFO("p " << p);
+    CHECK(ia.iterations == ib.iterations);
+    CHECK(a.experts.read() == b.experts.read());
+    CHECK(a.weights.read() == b.weights.read());
+    CHECK(a.load.read() == b.load.read());
+  }
+}
+
+__global__ void spin_until_set(volatile int* flag) {
+  while (*flag == 0) __nanosleep(1000);
+}
+
+}  // namespace
+
+TEST_CASE("half and bfloat16 logits route through Router as float logits of the same values", "[cuda]") {
+  require_low_precision_routes_as_float<__half>();
+  require_low_precision_routes_as_float<__nv_bfloat16>();
+}
+
+TEST_CASE("a call runs on the caller's stream and puts nothing on the default stream", "[cuda][stream]") {
+  const index_t m = 5000, n = 16, k = 2;
+  const auto s = test::random_logits<float>(m, n, 1.0, 4, 2.0);
+  cudaStream_t stream;
+  test::cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  ssr::Router<ssr::SSRPolicy, ssr::CudaBackend<float>> router(ssr::make_ssr(k, ssr::Cost::linear, 1.0, {0.5, 1e-6, 100}, 0.1));
+  DeviceCall<float> call(s, m, n, k);
+  const auto expected = test::route(router.policy(), s, m, n, Context::train(0));
+  router.route(call.in(), Context::train(0), call.out(), Options{}.on(stream).waiting());  // warm-up: workspace, tuning
+
+  // The legacy default stream waits on a flag the host sets: any work of the call queued there would wait too.
+  int* flag = nullptr;
+  test::cuda_ok(cudaHostAlloc(&flag, sizeof(int), cudaHostAllocMapped), "cudaHostAlloc");
+  *flag = 0;
+  int* device_flag = nullptr;
+  test::cuda_ok(cudaHostGetDevicePointer(&device_flag, flag, 0), "device pointer");
+  spin_until_set<<<1, 1, 0, 0>>>(device_flag);
+  std::atomic<bool> finished{false};
+  std::thread watchdog([&] {  // a call stuck behind the spinner is released after 20 s, and fails below
+    for (int t = 0; t < 200 && !finished; ++t) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    *static_cast<volatile int*>(flag) = 1;
+  });
+  const auto start = std::chrono::steady_clock::now();
+  ssr::RouteInfo info = router.route(call.in(), Context::train(0), call.out(), Options{}.on(stream));  // checked
+  router.wait(info, Options{}.on(stream));
+  std::vector<std::int32_t> experts(static_cast<std::size_t>(m * k));
+  test::cuda_ok(cudaMemcpyAsync(experts.data(), call.experts.data(), experts.size() * 4, cudaMemcpyDeviceToHost, stream), "copy");
+  test::cuda_ok(cudaStreamSynchronize(stream), "sync");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  finished = true;
+  watchdog.join();
+  *static_cast<volatile int*>(flag) = 1;
+  test::cuda_ok(cudaDeviceSynchronize(), "spinner");
+  CHECK(seconds < 10);
+  CHECK(info.iterations == expected.info.iterations);
+  CHECK(experts == expected.experts);
+  cudaFreeHost(flag);
+  cudaStreamDestroy(stream);
+}
+
+TEST_CASE("unchecked calls are captured in a CUDA graph and replay exactly", "[cuda][graph]") {
+  const index_t m = 4096, n = 16, k = 2;
+  const auto s = test::random_logits<float>(m, n, 1.0, 6, 3.0);
+  cudaStream_t stream;
+  test::cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  // The softmax path, and a Sinkhorn solve of a fixed 20 iterations (a tolerance it cannot reach).
+  for (const double p : {0.0, 1.0}) {
+    const auto policy = ssr::make_ssr(k, ssr::Cost::linear, p, {0.5, 1e-300, 20}, 0.1);
+    ssr::Router<ssr::SSRPolicy, ssr::CudaBackend<float>> router(policy);
+    const auto expected = test::route(policy, s, m, n, Context::train(2));
+    DeviceCall<float> call(s, m, n, k);
+    const auto options = Options{}.on(stream).unchecked();
+    router.route(call.in(), Context::train(2), call.out(), options);  // warm-up: the workspace is allocated here
+    test::cuda_ok(cudaStreamSynchronize(stream), "warm-up");
+    const auto held = router.backend().held_workspace_bytes();
+
+    // Global capture mode: a cudaMalloc, a host wait or work on another stream would end the capture in an error.
+    cudaGraph_t graph;
+    test::cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "begin capture");
+    const ssr::RouteInfo info = router.route(call.in(), Context::train(2), call.out(), options);
+    test::cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
+    cudaGraphExec_t exec;
+    test::cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+    test::cuda_ok(cudaMemsetAsync(call.experts.data(), 0xff, m * k * 4, stream), "clear");
+    test::cuda_ok(cudaGraphLaunch(exec, stream), "launch");
+    test::cuda_ok(cudaStreamSynchronize(stream), "replay");
+    INFO("p " << p);
+    CHECK(router.backend().held_workspace_bytes() == held);
+    std::vector<std::int32_t> experts(static_cast<std::size_t>(m * k));
+    test::cuda_ok(cudaMemcpy(experts.data(), call.experts.data(), experts.size() * 4, cudaMemcpyDeviceToHost), "copy");
+    CHECK(experts == expected.experts);
+    if (p == 1.0) {
+      REQUIRE(!info.complete());
+      ssr::SolveStats stats{};
+      test::cuda_ok(cudaMemcpy(&stats, info.pending, sizeof stats, cudaMemcpyDeviceToHost), "stats");
+      CHECK(stats.iterations == 20);
+      CHECK(stats.converged == 0);
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  cudaStreamDestroy(stream);
+}
+
+TEST_CASE("two backends give the same bits: no order of addition depends on scheduling", "[cuda]") {
+  const index_t m = 24576, n = 16;
+  const auto s = test::random_logits<float>(m, n, 1.0, 9, 3.0);
+  const auto policy = ssr::SinkhornTopK(2, ssr::Cost::softmax, {0.1, 1e-6, 100});
+  const auto a = test::route(policy, s, m, n, Context::train(1)), b = test::route(policy, s, m, n, Context::train(1));
+  CHECK(a.weights == b.weights);
+  CHECK(a.plan == b.plan);
+  CHECK(a.info.marginal_error == b.info.marginal_error);
+}

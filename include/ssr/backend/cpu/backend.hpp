@@ -1,0 +1,194 @@
+// CpuBackend<T>: routing on the host with Eigen, over OpenMP threads where the build has them.
+// Rows are independent except in the Sinkhorn column sums, which are added per fixed block of rows and
+// then in block order, so any thread count gives the same bits.
+#pragma once
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "ssr/backend/cpu/sinkhorn.hpp"
+#include "ssr/backend/cpu/tuning.hpp"
+#include "ssr/call.hpp"
+#include "ssr/detail/aligned.hpp"
+#include "ssr/detail/parallel.hpp"
+#include "ssr/detail/workspace.hpp"
+#include "ssr/error.hpp"
+#include "ssr/math/backward.hpp"
+#include "ssr/math/cost.hpp"
+#include "ssr/math/noise.hpp"
+#include "ssr/math/topk.hpp"
+#include "ssr/math/weights.hpp"
+#include "ssr/spec.hpp"
+#include "ssr/validate.hpp"
+#include "ssr/view.hpp"
+
+namespace ssr {
+
+template <class T>
+class CpuBackend {
+  static_assert(std::is_same<T, float>::value || std::is_same<T, double>::value,
+                "ssr::CpuBackend<T>: T must be float or double");
+
+ public:
+  using value_type = T;
+  using stream_type = HostStream;
+  using options_type = CallOptions<HostStream>;
+  // The logits element types route reads: T only.
+  template <class L>
+  static constexpr bool reads_logits = std::is_same<L, T>::value;
+
+  // threads = 0: as many as OpenMP offers; results never depend on it.
+  CpuBackend() : CpuBackend(0) {}
+  explicit CpuBackend(int threads) : threads_(threads) {
+    detail::require(threads >= 0, "threads", threads, "must be >= 0 (0: all available)");
+  }
+
+  int threads() const { return threads_ > 0 ? threads_ : detail::max_threads(); }
+  // The threads a call over `elements` matrix elements uses.
+  int threads_for(index_t elements) const { return elements < CpuTuning::parallel_min_elements ? 1 : threads(); }
+
+  // Bytes of workspace a call of this spec and shape uses (for CallOptions::workspace).
+  std::size_t workspace_bytes(const RouteSpec& spec, index_t m, index_t n) const {
+    detail::Carve c;
+    layout(c, spec, m, n);
+    return c.bytes();
+  }
+  // Bytes of the backend's own workspace: it only grows, so same-shaped calls allocate once.
+  std::size_t held_workspace_bytes() const { return own_.capacity(); }
+
+  // Runs a resolved spec; the Router validated the shapes.
+  RouteInfo route(const RouteSpec& spec, ConstMatrixView<T> s, const RouteOutputs<T>& out,
+                  const options_type& options) {
+    const index_t m = s.rows, n = s.cols;
+    if (options.check_finite) check_finite(s);
+    RouteInfo info = initial_info(spec);
+    if (m > 0) {
+      detail::Carve c = detail::carve_workspace(options.workspace, workspace_bytes(spec, m, n),
+                                                [this](std::size_t needed) { return own_.reserve(needed); });
+      const Layout buffers = layout(c, spec, m, n);
+      if (spec.path == Path::sinkhorn) {
+        cpu::Sinkhorn<T>::solve(buffers.sinkhorn, spec, s, out, info, threads_for(m * n));
+      } else {
+        route_softmax(spec, s, out, buffers.xbuf);
+      }
+    }
+    if (!out.load.empty()) count_load(out.experts, out.load);
+    return info;
+  }
+
+  // dL/dS from dL/dw (ssr/math/backward.hpp); the Router validated the shapes.
+  void backward(const RouteInfo& info, ConstMatrixView<std::int32_t> experts, ConstMatrixView<T> weights,
+                ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits, const options_type& options) {
+    const index_t m = grad_logits.rows, n = grad_logits.cols;
+    const int k = static_cast<int>(experts.cols);
+    if (options.check_finite) check_backward(experts, weights, grad_weights, n);
+    const bool pass = info.weights == Weights::scores;
+    detail::parallel_for(threads_for(m * n), m, [&](index_t i) {
+      T* out = grad_logits.row(i);
+      std::fill(out, out + n, T(0));
+      if (!pass) return;
+      const std::int32_t* e = experts.row(i);
+      const T *w = weights.row(i), *g = grad_weights.row(i);
+      math::backward_row(
+          k, [w](int r) { return w[r]; }, [g](int r) { return g[r]; },
+          [out, e](int r, double d) { out[e[r]] = static_cast<T>(d); });
+    });
+  }
+
+  // Host calls are complete when they return.
+  void wait(RouteInfo& /*info*/, const options_type& /*options*/) {}
+
+ private:
+  struct Layout {
+    double* xbuf;  // softmax path: cost and noise rows per thread
+    typename cpu::Sinkhorn<T>::Buffers sinkhorn;
+  };
+
+  Layout layout(detail::Carve& c, const RouteSpec& spec, index_t m, index_t n) const {
+    const int nt = threads_for(m * n);
+    Layout l{};
+    if (spec.path == Path::sinkhorn) {
+      l.sinkhorn = cpu::Sinkhorn<T>::layout(c, m, n, nt);
+    } else {
+      l.xbuf = c.take<double>(static_cast<std::size_t>(2 * n * nt));
+    }
+    return l;
+  }
+
+  // Throws ssr::Error naming the first non-finite logit in row-major order.
+  void check_finite(ConstMatrixView<T> s) const {
+    index_t first = std::numeric_limits<index_t>::max();
+    const index_t m = s.rows, n = s.cols;
+    detail::parallel(threads_for(m * n), [&] {
+      index_t mine = std::numeric_limits<index_t>::max();
+      SSR_OMP(for schedule(static) nowait)
+      for (index_t i = 0; i < m; ++i) {
+        const T* row = s.row(i);
+        // math::is_finite over the row at once: (x - x) sums to 0 exactly when every x is finite.
+        const Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>> r(row, 1, n);
+        if ((r - r).sum() == T(0)) continue;  // NOLINT(misc-redundant-expression): the test itself
+        for (index_t j = 0; j < n; ++j) {
+          if (!math::is_finite(row[j])) {
+            mine = std::min(mine, i * n + j);
+            break;
+          }
+        }
+      }
+      SSR_OMP(critical(ssr_check_finite))
+      first = std::min(first, mine);
+    });
+    if (first != std::numeric_limits<index_t>::max())
+      detail::fail_non_finite_logit(first / n, first % n, s(first / n, first % n));
+  }
+
+  // Throws ssr::Error at the first assignment whose expert is outside [0, n) or whose weight or gradient
+  // is not finite.
+  void check_backward(ConstMatrixView<std::int32_t> experts, ConstMatrixView<T> weights,
+                      ConstMatrixView<T> grad_weights, index_t n) const {
+    for (index_t i = 0; i < experts.rows; ++i)
+      for (index_t r = 0; r < experts.cols; ++r)
+        if (!math::valid_assignment(experts(i, r), n, weights(i, r), grad_weights(i, r)))
+          detail::fail_bad_assignment(i, r, experts(i, r), n, weights(i, r), grad_weights(i, r));
+  }
+
+  void route_softmax(const RouteSpec& spec, ConstMatrixView<T> s, const RouteOutputs<T>& out, double* xbuf) const {
+    const index_t m = s.rows, n = s.cols;
+    detail::parallel_for(threads_for(m * n), m, [&](index_t i) {
+      double* x = xbuf + 2 * n * detail::thread_id();
+      double* z = x + n;
+      const T* row = s.row(i);
+      std::int32_t* idx = out.experts.row(i);
+      if (spec.noisy()) {
+        math::noise_row(spec, i, n, z);
+        math::cost_row<T>(
+            n, spec.cost, [row](index_t j) { return row[j]; }, z, x);
+        math::topk(n, spec.k, idx, [x](index_t j) { return x[j]; });
+      } else {
+        math::topk(n, spec.k, idx, [row](index_t j) { return row[j]; });  // top-k of S and of c(S) agree
+      }
+      T* w = out.weights.row(i);
+      math::softmax_weights(
+          spec.k, [row, idx](int r) { return row[idx[r]]; },
+          [w](int r, double value) { w[r] = static_cast<T>(value); });
+      if (!out.noise.empty()) {
+        T* d = out.noise.row(i);
+        for (index_t j = 0; j < n; ++j) d[j] = spec.noisy() ? static_cast<T>(z[j]) : T(0);
+      }
+    });
+  }
+
+  static void count_load(ConstMatrixView<std::int32_t> experts, VectorView<std::int32_t> load) {
+    std::fill(load.data, load.data + load.size, 0);
+    for (index_t i = 0; i < experts.rows; ++i)
+      for (index_t r = 0; r < experts.cols; ++r) ++load[experts(i, r)];
+  }
+
+  int threads_ = 0;
+  detail::AlignedBuffer<unsigned char> own_;
+};
+
+}  // namespace ssr

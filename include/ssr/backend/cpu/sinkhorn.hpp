@@ -1,0 +1,224 @@
+// The CPU Sinkhorn solver: stabilised scaling with absorption into log-domain potentials.
+//
+// The plan is Pi_ij = exp(K_ij + f_i + g_j) (ssr/math/sinkhorn.hpp). The solver keeps
+// Q_ij = exp(K_ij + h_j - c_i) for an absorbed copy h of g and c_i = max_j (K_ij + h_j), and the scaling
+// v = exp(g - h), so an iteration needs no exp: for each row, t = Q_i * v, r = sum t, the row's plan is
+// t / r (row sum exactly 1, f_i = -(c_i + log r)), and t / r goes straight into the column sums, which give
+// both the error and the next g. One pass over Q.
+// Q <= 1 with a 1 in every row, and v stays within exp(+-bound): when some |g_j - h_j| grows past the
+// bound, h absorbs g and Q is recomputed (one exp pass). So r never overflows or underflows. A column
+// whose sum underflows takes math::recovered_column_potential.
+// The setup builds K and Q row by row and makes the first pass on the way; the final plan, top-k and
+// weights are the last pass's t / r, from Q and v without exp, except for rows whose chosen experts' Q
+// underflowed, which are redone in the log domain.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "ssr/backend/cpu/simd.hpp"
+#include "ssr/backend/cpu/tuning.hpp"
+#include "ssr/detail/parallel.hpp"
+#include "ssr/detail/workspace.hpp"
+#include "ssr/math/noise.hpp"
+#include "ssr/math/sinkhorn.hpp"
+#include "ssr/math/weights.hpp"
+#include "ssr/spec.hpp"
+#include "ssr/view.hpp"
+
+namespace ssr {
+namespace cpu {
+
+template <class T>
+class Sinkhorn {
+  using V = Simd<T>;
+  static constexpr index_t W = V::W;
+  using Row = typename V::Row;
+  using Chunk = typename V::Chunk;
+  template <class A>
+  using At = typename V::template At<A>;
+
+ public:
+  // The solve's buffers, laid out in a workspace.
+  struct Buffers {
+    T *logk, *q, *v, *gt, *ht, *partial, *scratch, *row_top, *row_sum;
+    double *g, *colsum, *xbuf;
+  };
+
+  // Lays out the buffers of an m x n solve on nt threads.
+  static Buffers layout(detail::Carve& c, index_t m, index_t n, int nt) {
+    const index_t np = CpuTuning::padded(n), blocks = CpuTuning::blocks(m, n);
+    const auto mp = static_cast<std::size_t>(m * np), npz = static_cast<std::size_t>(np);
+    const auto threads = static_cast<std::size_t>(nt);
+    Buffers b{};
+    b.logk = c.take<T>(mp);
+    b.q = c.take<T>(mp);
+    b.v = c.take<T>(npz);
+    b.gt = c.take<T>(npz);  // g rounded to T: what both forms use
+    b.ht = c.take<T>(npz);  // h, the absorbed part of g
+    b.partial = c.take<T>(static_cast<std::size_t>(blocks * n));
+    b.scratch = c.take<T>(4 * npz * threads);            // rows t, e, part and S per thread
+    b.row_top = c.take<T>(static_cast<std::size_t>(m));  // c_i; f_i = -(row_top_i + log row_sum_i)
+    b.row_sum = c.take<T>(static_cast<std::size_t>(m));
+    b.g = c.take<double>(static_cast<std::size_t>(n));
+    b.colsum = c.take<double>(static_cast<std::size_t>(n));
+    b.xbuf = c.take<double>(2 * npz * threads);
+    return b;
+  }
+
+  static void solve(const Buffers& b, const RouteSpec& spec, ConstMatrixView<T> s, const RouteOutputs<T>& out,
+                    RouteInfo& info, int nt) {
+    const index_t m = s.rows, n = s.cols, np = CpuTuning::padded(n);
+    const index_t rows = CpuTuning::rows_per_block(n), blocks = CpuTuning::blocks(m, n);
+    T *logk = b.logk, *q = b.q, *v = b.v, *gt = b.gt, *ht = b.ht, *partial = b.partial, *row_top = b.row_top,
+      *row_sum = b.row_sum;
+    double *g = b.g, *colsum = b.colsum;
+    std::fill(g, g + n, 0.0);
+    std::fill(gt, gt + np, T(0));
+    std::fill(ht, ht + np, T(0));
+    std::fill(v, v + n, T(1));
+    std::fill(v + n, v + np, T(0));  // padding: t = Q * v is 0 there
+
+    const math::ColumnTarget target = math::column_target(m, n);
+    const T tiny = static_cast<T>(math::underflow_threshold<T>());
+    bool done = false, absorb = false;
+    int iterations = 0;
+    double err = 0;
+
+    detail::parallel(nt, [&] {
+      const int tid = detail::thread_id();
+      T* t_buf = b.scratch + index_t{4} * tid * np;
+      T* e_buf = t_buf + np;
+      T* p_buf = e_buf + np;
+      T* s_buf = p_buf + np;
+      double* x = b.xbuf + index_t{2} * np * tid;
+      double* z = x + np;
+      std::fill(z + n, z + np, 0.0);  // noise padding
+
+      // One pass over the rows of block b, into the block's column sums.
+      auto pass = [&](index_t blk) {
+        V::pass(q, v, np, blk * rows, std::min(m, (blk + 1) * rows), row_sum, p_buf);
+        std::copy(p_buf, p_buf + n, partial + blk * n);
+      };
+
+      // K = cost / xi, padded with -inf; Q = exp(K) (h = 0, c = 0); and with it the first pass.
+      SSR_OMP(for schedule(static))
+      for (index_t blk = 0; blk < blocks; ++blk) {
+        for (index_t i = blk * rows; i < std::min(m, (blk + 1) * rows); ++i) {
+          if (spec.noisy()) math::noise_row(spec, i, n, z);
+          T* krow = logk + i * np;
+          V::kernel_row(s.row(i), n, np, spec, spec.noisy() ? z : nullptr, s_buf, x, krow);
+          V::exp_row(krow, q + i * np, np);
+          row_top[i] = T(0);
+          if (!out.noise.empty()) {
+            T* d = out.noise.row(i);
+            for (index_t j = 0; j < n; ++j) d[j] = spec.noisy() ? static_cast<T>(z[j]) : T(0);
+          }
+        }
+        pass(blk);
+      }
+
+      // Row i in the log domain: a = K_i + g into t_buf, e = exp(a - max a) into e_buf; returns the sum
+      // of e over the real columns.
+      auto log_row = [&](index_t i) -> T {
+        At<Row> a(t_buf, 1, np), e(e_buf, 1, np);
+        a = At<const Row>(logk + i * np, 1, np) + At<const Row>(gt, 1, np);
+        e = (a - a.maxCoeff()).exp();
+        return e.head(n).sum();
+      };
+
+      for (;;) {
+        SSR_OMP(single) {
+          ++iterations;
+          std::fill(colsum, colsum + n, 0.0);
+          for (index_t blk = 0; blk < blocks; ++blk)
+            for (index_t j = 0; j < n; ++j) colsum[j] += partial[blk * n + j];
+          double error_sum = 0;
+          for (index_t j = 0; j < n; ++j) error_sum += math::column_error(colsum[j], target);
+          err = math::marginal_error(error_sum, m);
+          done = math::stop(err, iterations, spec.sinkhorn);
+          if (!done) absorb = update_columns(b, m, n, target);
+        }
+        if (done) break;
+        if (absorb) {
+          SSR_OMP(for schedule(static))
+          for (index_t i = 0; i < m; ++i) {
+            At<Row> a(t_buf, 1, np);
+            a = At<const Row>(logk + i * np, 1, np) + At<const Row>(ht, 1, np);
+            row_top[i] = a.maxCoeff();
+            At<Row>(q + i * np, 1, np) = (a - row_top[i]).exp();
+          }
+        }
+        SSR_OMP(for schedule(static))
+        for (index_t blk = 0; blk < blocks; ++blk) pass(blk);
+      }
+
+      // The plan of the last pass, t / r, from Q and v without exp: its top-k, weights and, when asked,
+      // the plan itself. Where a chosen expert's Q has underflowed below tiny, the values near it have
+      // lost precision and could tie, so that row is redone in the log domain, where the ranking is exact.
+      SSR_OMP(for schedule(static))
+      for (index_t i = 0; i < m; ++i) {
+        std::int32_t* idx = out.experts.row(i);
+        const T* qrow = q + i * np;
+        for (index_t c = 0; c < np; c += W) At<Chunk>(t_buf + c) = At<const Chunk>(qrow + c) * At<const Chunk>(v + c);
+        V::topk_row(t_buf, n, np, spec.k, idx);
+        bool exact = true;
+        for (int r = 0; r < spec.k; ++r) exact = exact && qrow[idx[r]] >= tiny;
+        const T* p_row = t_buf;
+        T inv = T(1) / row_sum[i];
+        if (!exact) {
+          inv = T(1) / log_row(i);
+          V::topk_row(t_buf, n, np, spec.k, idx);  // ranking by log Pi: exact where Pi would tie
+          p_row = e_buf;
+        }
+        T* w = out.weights.row(i);
+        const auto write = [w](int r, double value) { w[r] = static_cast<T>(value); };
+        if (spec.weights == Weights::plan) {
+          math::normalised_weights(
+              spec.k, [p_row, idx](int r) { return p_row[idx[r]]; }, write);
+        } else {
+          const T* srow = s.row(i);
+          math::softmax_weights(
+              spec.k, [srow, idx](int r) { return srow[idx[r]]; }, write);
+        }
+        if (!out.plan.empty()) {
+          T* p = out.plan.row(i);
+          for (index_t j = 0; j < n; ++j) p[j] = p_row[j] * inv;
+        }
+      }
+    });
+    info.set(SolveStats{iterations, math::converged(err, spec.sinkhorn) ? 1 : 0, err});
+  }
+
+ private:
+  // The next g (math::next_column_potential, or math::recovered_column_potential where a column sum
+  // underflowed); then gt and v follow. Returns true when h absorbed g, so Q must be recomputed.
+  static bool update_columns(const Buffers& b, index_t m, index_t n, const math::ColumnTarget& target) {
+    const index_t np = CpuTuning::padded(n);
+    for (index_t j = 0; j < n; ++j) {
+      if (!math::column_underflowed<T>(b.colsum[j])) {
+        b.g[j] = math::next_column_potential<T>(b.g[j], b.colsum[j], target);
+        continue;
+      }
+      const auto entry = [&](index_t i) {  // K_ij + f_i
+        return static_cast<double>(b.logk[i * np + j]) - static_cast<double>(b.row_top[i]) -
+               std::log(static_cast<double>(b.row_sum[i]));
+      };
+      b.g[j] = math::recovered_column_potential<T>(m, entry, target);
+    }
+    bool absorb = false;
+    for (index_t j = 0; j < n; ++j) {
+      b.gt[j] = static_cast<T>(b.g[j]);
+      absorb = absorb ||
+               std::abs(static_cast<double>(b.gt[j]) - static_cast<double>(b.ht[j])) > CpuTuning::absorb_bound<T>();
+    }
+    if (absorb) std::copy(b.gt, b.gt + n, b.ht);
+    for (index_t j = 0; j < n; ++j)
+      b.v[j] = static_cast<T>(std::exp(static_cast<double>(b.gt[j]) - static_cast<double>(b.ht[j])));
+    return absorb;
+  }
+};
+
+}  // namespace cpu
+}  // namespace ssr

@@ -1,0 +1,145 @@
+// The Thrust backend's algorithms: each a sequence of thrust::for_each over work items, on any execution
+// policy (thrust::device for ThrustBackend, a CUDA stream for CudaBackend's paths without a fused kernel),
+// on buffers laid out in the call's workspace.
+#pragma once
+
+#include <thrust/copy.h>
+#include <thrust/device_ptr.h>
+#include <thrust/fill.h>
+#include <thrust/for_each.h>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/transform_reduce.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "ssr/backend/thrust/row_kernels.hpp"
+#include "ssr/backend/thrust/scan_kernels.hpp"
+#include "ssr/backend/thrust/sinkhorn_kernels.hpp"
+#include "ssr/backend/thrust/tuning.hpp"
+#include "ssr/detail/workspace.hpp"
+#include "ssr/spec.hpp"
+#include "ssr/view.hpp"
+
+namespace ssr {
+namespace thrust_algorithms {
+
+// Runs f(i) for i in [0, count) on exec.
+template <class Exec, class F>
+void for_each_index(const Exec& exec, index_t count, const F& f) {
+  if (count <= 0) return;
+  const thrust::counting_iterator<index_t> first(0);
+  thrust::for_each(exec, first, first + count, f);
+}
+
+// One value from the device system's memory, read on the host.
+template <class V>
+V read_value(const V* p) {
+  V v;
+  thrust::copy(thrust::device_pointer_cast(p), thrust::device_pointer_cast(p) + 1, &v);
+  return v;
+}
+
+template <class T>
+struct SinkhornBuffers {
+  T* logk;                            // m x n kernel
+  double *f, *g, *partial, *colsum;   // m, n, blocks x n, n
+  thrust_kernels::SolveState* state;  // one
+};
+
+template <class T>
+SinkhornBuffers<T> sinkhorn_layout(detail::Carve& c, index_t m, index_t n) {
+  SinkhornBuffers<T> b{};
+  b.logk = c.take<T>(static_cast<std::size_t>(m * n));
+  b.f = c.take<double>(static_cast<std::size_t>(m));
+  b.g = c.take<double>(static_cast<std::size_t>(n));
+  b.partial = c.take<double>(static_cast<std::size_t>(ThrustTuning::blocks(m) * n));
+  b.colsum = c.take<double>(static_cast<std::size_t>(n));
+  b.state = c.take<thrust_kernels::SolveState>(1);
+  return b;
+}
+
+// Per-block load counts of count_load.
+inline std::int32_t* load_layout(detail::Carve& c, index_t m, index_t n) {
+  return c.take<std::int32_t>(static_cast<std::size_t>(ThrustTuning::blocks(m) * n));
+}
+
+template <class Exec, class In, class T>
+void softmax_topk(const Exec& exec, const RouteSpec& spec, ConstMatrixView<In> s, const RouteOutputs<T>& out) {
+  for_each_index(exec, s.rows, thrust_kernels::SoftmaxRow<In, T>{spec, s, out.experts, out.weights, out.noise});
+}
+
+// The kernel K of every row into logk (m x n), and the noise when asked.
+template <class Exec, class In, class T>
+void sinkhorn_kernel(const Exec& exec, const RouteSpec& spec, ConstMatrixView<In> s, T* logk, MatrixView<T> noise) {
+  for_each_index(exec, s.rows, thrust_kernels::KernelRow<In, T>{spec, s, logk, noise});
+}
+
+// Iterates from g = 0 until the device decides to stop. host_decides: reads the decision after each
+// iteration and stops there (free on a host system); otherwise queues max_iters iterations without
+// waiting, those after the decision doing nothing. Returns the statistics when host_decides.
+template <class Exec, class T>
+SolveStats sinkhorn_iterate(const Exec& exec, const SinkhornBuffers<T>& b, index_t m, index_t n,
+                            const SinkhornParams& params, bool host_decides) {
+  namespace kernels = thrust_kernels;
+  const index_t blocks = ThrustTuning::blocks(m);
+  thrust::fill(exec, b.g, b.g + n, 0.0);
+  thrust::fill(exec, b.state, b.state + 1, kernels::SolveState{SolveStats{0, 0, 0.0}, 0});
+  kernels::SolveState host{};
+  for (int it = 0; it < params.max_iters; ++it) {
+    for_each_index(exec, blocks, kernels::SinkhornBlock<T>{b.logk, b.g, b.f, b.partial, b.state, m, n});
+    for_each_index(exec, n, kernels::ColumnSum{b.partial, b.colsum, b.state, n, blocks});
+    for_each_index(exec, 1, kernels::Decide{b.colsum, b.state, params, m, n});
+    if (host_decides) {
+      host = read_value(b.state);
+      if (host.done) break;
+    }
+    for_each_index(exec, n, kernels::ColumnUpdate<T>{b.logk, b.f, b.colsum, b.g, b.state, m, n});
+  }
+  return host.stats;
+}
+
+// Top-k of the final plan exp(K + f + g), its weights and, when asked, the plan.
+template <class Exec, class In, class T>
+void plan_topk(const Exec& exec, const RouteSpec& spec, ConstMatrixView<In> s, const T* logk, const double* g,
+               const RouteOutputs<T>& out) {
+  for_each_index(exec, s.rows, thrust_kernels::PlanRow<In, T>{spec, s, logk, g, out.experts, out.weights, out.plan});
+}
+
+// load[j] = number of assignments to expert j; counts from load_layout.
+template <class Exec>
+void count_load(const Exec& exec, ConstMatrixView<std::int32_t> experts, VectorView<std::int32_t> load,
+                std::int32_t* counts) {
+  const index_t n = load.size, blocks = ThrustTuning::blocks(experts.rows);
+  for_each_index(exec, blocks, thrust_kernels::BlockLoad{experts, counts, n});
+  for_each_index(exec, n, thrust_kernels::LoadSum{counts, load.data, n, blocks});
+}
+
+template <class Exec, class T>
+void backward(const Exec& exec, const RouteInfo& info, ConstMatrixView<std::int32_t> experts,
+              ConstMatrixView<T> weights, ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits) {
+  for_each_index(
+      exec, experts.rows,
+      thrust_kernels::Backward<T>{experts, weights, grad_weights, grad_logits, info.weights == Weights::scores});
+}
+
+// The row-major index of the first non-finite logit, or max index; the result is read on the host.
+template <class Exec, class In>
+index_t first_non_finite(const Exec& exec, ConstMatrixView<In> s) {
+  const thrust::counting_iterator<index_t> first(0);
+  return thrust::transform_reduce(exec, first, first + s.rows, thrust_kernels::FirstNonFinite<In>{s},
+                                  std::numeric_limits<index_t>::max(), thrust_kernels::Min{});
+}
+
+// The index i * k + r of the first assignment backward cannot use, or max index; read on the host.
+template <class Exec, class T>
+index_t first_bad_assignment(const Exec& exec, ConstMatrixView<std::int32_t> experts, ConstMatrixView<T> weights,
+                             ConstMatrixView<T> grad_weights, index_t n) {
+  const thrust::counting_iterator<index_t> first(0);
+  return thrust::transform_reduce(exec, first, first + experts.rows * experts.cols,
+                                  thrust_kernels::FirstBadAssignment<T>{experts, weights, grad_weights, n},
+                                  std::numeric_limits<index_t>::max(), thrust_kernels::Min{});
+}
+
+}  // namespace thrust_algorithms
+}  // namespace ssr

@@ -1,0 +1,127 @@
+// ThrustBackend<T>: routing on Thrust's device system. Views hold pointers into that system's memory.
+// Built for the OMP or CPP system it runs on the CPU with g++ alone (how CI runs it); on the GPU use
+// CudaBackend, which runs these same algorithms on the caller's stream beside its fused kernels.
+//
+// Each row (token) is one work item; the Sinkhorn column sums are added per fixed block of rows and then
+// in block order, as in the CPU backend, so results do not depend on how the system schedules work.
+// The solver is the log-domain iteration (two exps per element and iteration) of ssr/math/sinkhorn.hpp.
+#pragma once
+
+#include <thrust/device_vector.h>
+#include <thrust/execution_policy.h>
+
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "ssr/backend/thrust/algorithms.hpp"
+#include "ssr/call.hpp"
+#include "ssr/detail/workspace.hpp"
+#include "ssr/spec.hpp"
+#include "ssr/validate.hpp"
+#include "ssr/view.hpp"
+
+#if THRUST_DEVICE_SYSTEM == THRUST_DEVICE_SYSTEM_CUDA
+#define SSR_THRUST_SYSTEM_NAMESPACE thrust_cuda
+#elif THRUST_DEVICE_SYSTEM == THRUST_DEVICE_SYSTEM_OMP
+#define SSR_THRUST_SYSTEM_NAMESPACE thrust_omp
+#elif THRUST_DEVICE_SYSTEM == THRUST_DEVICE_SYSTEM_TBB
+#define SSR_THRUST_SYSTEM_NAMESPACE thrust_tbb
+#else
+#define SSR_THRUST_SYSTEM_NAMESPACE thrust_cpp
+#endif
+
+namespace ssr {
+
+// The backend's members and code depend on the Thrust device system a translation unit is compiled for,
+// so each system gets its own (inline) namespace: one program may link a TU built for Thrust's OMP system
+// with one built by nvcc for CUDA without the two ThrustBackend<T> colliding at link time.
+inline namespace SSR_THRUST_SYSTEM_NAMESPACE {
+
+template <class T>
+class ThrustBackend {
+  static_assert(std::is_same<T, float>::value || std::is_same<T, double>::value,
+                "ssr::ThrustBackend<T>: T must be float or double");
+
+ public:
+  using value_type = T;
+  using stream_type = HostStream;
+  using options_type = CallOptions<HostStream>;
+  template <class L>
+  static constexpr bool reads_logits = std::is_same<L, T>::value;
+
+  // Bytes of workspace (memory of the device system) a call of this spec and shape uses.
+  std::size_t workspace_bytes(const RouteSpec& spec, index_t m, index_t n) const {
+    detail::Carve c;
+    layout(c, spec, m, n);
+    return c.bytes();
+  }
+  // Bytes of the backend's own workspace: it only grows, so same-shaped calls allocate once.
+  std::size_t held_workspace_bytes() const { return own_.size(); }
+
+  RouteInfo route(const RouteSpec& spec, ConstMatrixView<T> s, const RouteOutputs<T>& out,
+                  const options_type& options) {
+    namespace alg = thrust_algorithms;
+    const index_t m = s.rows, n = s.cols;
+    if (options.check_finite && m > 0) {
+      const index_t first = alg::first_non_finite(thrust::device, s);
+      if (first != std::numeric_limits<index_t>::max())
+        detail::fail_non_finite_logit(first / n, first % n, alg::read_value(&s(first / n, first % n)));
+    }
+    RouteInfo info = initial_info(spec);
+    detail::Carve c = detail::carve_workspace(options.workspace, workspace_bytes(spec, m, n), own_workspace());
+    const Layout b = layout(c, spec, m, n);
+    if (m > 0 && spec.path == Path::softmax) {
+      alg::softmax_topk(thrust::device, spec, s, out);
+    } else if (m > 0) {
+      alg::sinkhorn_kernel(thrust::device, spec, s, b.sinkhorn.logk, out.noise);
+      info.set(alg::sinkhorn_iterate(thrust::device, b.sinkhorn, m, n, spec.sinkhorn, /*host_decides=*/true));
+      alg::plan_topk(thrust::device, spec, s, b.sinkhorn.logk, b.sinkhorn.g, out);
+    }
+    if (!out.load.empty()) alg::count_load(thrust::device, out.experts, out.load, b.load_counts);
+    return info;
+  }
+
+  void backward(const RouteInfo& info, ConstMatrixView<std::int32_t> experts, ConstMatrixView<T> weights,
+                ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits, const options_type& options) {
+    namespace alg = thrust_algorithms;
+    if (options.check_finite) {
+      const index_t first = alg::first_bad_assignment(thrust::device, experts, weights, grad_weights, grad_logits.cols);
+      if (first != std::numeric_limits<index_t>::max()) {
+        const index_t i = first / experts.cols, r = first % experts.cols;
+        detail::fail_bad_assignment(i, r, alg::read_value(&experts(i, r)), grad_logits.cols,
+                                    alg::read_value(&weights(i, r)), alg::read_value(&grad_weights(i, r)));
+      }
+    }
+    alg::backward(thrust::device, info, experts, weights, grad_weights, grad_logits);
+  }
+
+  // Calls are complete when they return.
+  void wait(RouteInfo& /*info*/, const options_type& /*options*/) {}
+
+ private:
+  struct Layout {
+    std::int32_t* load_counts;
+    thrust_algorithms::SinkhornBuffers<T> sinkhorn;
+  };
+
+  static Layout layout(detail::Carve& c, const RouteSpec& spec, index_t m, index_t n) {
+    Layout l{};
+    l.load_counts = thrust_algorithms::load_layout(c, m, n);
+    if (spec.path == Path::sinkhorn) l.sinkhorn = thrust_algorithms::sinkhorn_layout<T>(c, m, n);
+    return l;
+  }
+
+  // The backend's own workspace, grown to what a call needs.
+  auto own_workspace() {
+    return [this](std::size_t needed) -> void* {
+      if (own_.size() < needed) own_.resize(needed);
+      return thrust::raw_pointer_cast(own_.data());
+    };
+  }
+
+  thrust::device_vector<unsigned char> own_;
+};
+
+}  // namespace SSR_THRUST_SYSTEM_NAMESPACE
+}  // namespace ssr

@@ -1,0 +1,16 @@
+// The Thrust backend's tuning constants.
+#pragma once
+
+#include "ssr/view.hpp"
+
+namespace ssr {
+
+struct ThrustTuning {
+  // Rows per block of the Sinkhorn column sums and of the load counts (a function of the shape only, so
+  // results do not depend on how the device system schedules the blocks).
+  static constexpr index_t block_rows = 256;
+
+  static constexpr index_t blocks(index_t m) { return (m + block_rows - 1) / block_rows; }
+};
+
+}  // namespace ssr

@@ -1,0 +1,30 @@
+// The gradient of DESIGN section 1: dL/dS from dL/dw for one token. With score weights (softmax path,
+// S-BASE) dL/dS_ij = w_ij (g_ij - sum_r w_ir g_ir) on the chosen experts and 0 elsewhere; plan weights
+// pass no gradient (the paper's stop-gradient), so their dL/dS is 0. Noise is a constant.
+#pragma once
+
+#include <cstdint>
+
+#include "ssr/detail/hd.hpp"
+#include "ssr/math/numeric.hpp"
+#include "ssr/view.hpp"
+
+namespace ssr {
+namespace math {
+
+// out(r, dL/dS at the r-th chosen expert) for r in [0, k), w(r) and g(r) its weight and dL/dw.
+template <class W, class G, class Out>
+SSR_HD void backward_row(int k, const W& w, const G& g, const Out& out) {
+  double dot = 0;
+  for (int r = 0; r < k; ++r) dot += static_cast<double>(w(r)) * static_cast<double>(g(r));
+  for (int r = 0; r < k; ++r) out(r, static_cast<double>(w(r)) * (static_cast<double>(g(r)) - dot));
+}
+
+// An assignment backward can use: its expert in [0, n), its weight and gradient finite.
+template <class V>
+SSR_HD bool valid_assignment(std::int32_t expert, index_t n, V weight, V grad) {
+  return expert >= 0 && expert < n && is_finite(weight) && is_finite(grad);
+}
+
+}  // namespace math
+}  // namespace ssr

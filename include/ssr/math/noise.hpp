@@ -1,0 +1,41 @@
+// The cost noise alpha * eps_ij, eps ~ N(0, sigma^2): element (i, j) is number i * n + j of the call's
+// Philox stream (seed, layer, step), so every backend and thread count draws the same numbers.
+#pragma once
+
+#include <cstdint>
+
+#include "ssr/detail/hd.hpp"
+#include "ssr/random.hpp"
+#include "ssr/spec.hpp"
+#include "ssr/view.hpp"
+
+namespace ssr {
+namespace math {
+
+SSR_HD inline std::uint64_t element_index(index_t row, index_t n, index_t j) {
+  return static_cast<std::uint64_t>(row) * static_cast<std::uint64_t>(n) + static_cast<std::uint64_t>(j);
+}
+
+// alpha * eps of stream element e.
+SSR_HD inline double noise_value(const RouteSpec& spec, std::uint64_t e) {
+  return spec.noise_alpha * spec.noise_sigma * random::normal(spec.seed, spec.layer, spec.step, e);
+}
+
+// z[j] = noise_value(spec, element_index(row, n, j)) for the n elements of a row, each block of four
+// normals drawn once.
+SSR_HD inline void noise_row(const RouteSpec& spec, index_t row, index_t n, double* z) {
+  const double scale = spec.noise_alpha * spec.noise_sigma;
+  double block[4];
+  std::uint64_t loaded = ~std::uint64_t{0};
+  for (index_t j = 0; j < n; ++j) {
+    const std::uint64_t e = element_index(row, n, j);
+    if ((e >> 2) != loaded) {
+      loaded = e >> 2;
+      random::normals4(spec.seed, spec.layer, spec.step, loaded, block);
+    }
+    z[j] = scale * block[e & 3u];
+  }
+}
+
+}  // namespace math
+}  // namespace ssr

@@ -1,0 +1,67 @@
+// The Sinkhorn iteration of DESIGN section 1 in potentials: the plan is Pi_ij = exp(K_ij + f_i + g_j).
+// A row update makes every row sum to 1, a column update every column to m/n; the error after an
+// iteration is sum_j |colsum_j - m/n| / m, and the solve stops when it is below tol or after max_iters.
+// Backends differ in how they sweep the matrix (log domain, or scaled with absorption on the CPU) and in
+// the order they add the column sums in, never in these definitions.
+#pragma once
+
+#include <cmath>
+
+#include "ssr/detail/hd.hpp"
+#include "ssr/math/numeric.hpp"
+#include "ssr/spec.hpp"
+
+namespace ssr {
+namespace math {
+
+// What each column of the plan must sum to: m/n, and its log.
+struct ColumnTarget {
+  double mass;
+  double log_mass;
+};
+
+SSR_HD inline ColumnTarget column_target(index_t m, index_t n) {
+  const double mass = static_cast<double>(m) / static_cast<double>(n);
+  return {mass, std::log(mass)};
+}
+
+// f_i = -log sum_j exp(K_ij + g_j), entry(j) = K_ij + g_j: row i of the plan then sums to 1.
+template <class Entry>
+SSR_HD double row_potential(index_t n, const Entry& entry) {
+  return -logsumexp(n, entry);
+}
+
+// A column sum below the threshold has lost its precision to underflow: recover its potential from the
+// log domain instead of scaling it.
+template <class T>
+SSR_HD bool column_underflowed(double sum) {
+  return !(sum >= underflow_threshold<T>());
+}
+
+// g_j's next value from column j's plan sum: g_j + (log(m/n) - log(sum)), so the column sums to m/n.
+template <class T>
+SSR_HD double next_column_potential(double g, double sum, const ColumnTarget& target) {
+  return clamp(g + (target.log_mass - std::log(sum)), -potential_bound<T>(), potential_bound<T>());
+}
+
+// The same where the sum underflowed: log(m/n) - logsumexp_i(K_ij + f_i), entry(i) = K_ij + f_i, so a
+// column nobody favours gets its share at once instead of creeping towards it.
+template <class T, class Entry>
+SSR_HD double recovered_column_potential(index_t m, const Entry& entry, const ColumnTarget& target) {
+  return clamp(target.log_mass - logsumexp(m, entry), -potential_bound<T>(), potential_bound<T>());
+}
+
+// Column j's share of the marginal error, |colsum_j - m/n|; the error is the sum of the shares over m.
+SSR_HD inline double column_error(double sum, const ColumnTarget& target) { return std::fabs(sum - target.mass); }
+
+SSR_HD inline double marginal_error(double error_sum, index_t m) { return error_sum / static_cast<double>(m); }
+
+SSR_HD inline bool converged(double err, const SinkhornParams& params) { return err < params.tol; }
+
+// After `iterations` iterations with error err: stop?
+SSR_HD inline bool stop(double err, int iterations, const SinkhornParams& params) {
+  return converged(err, params) || iterations >= params.max_iters;
+}
+
+}  // namespace math
+}  // namespace ssr

@@ -1,0 +1,75 @@
+// The argument checks of a routing call and of its backward, run on the host before anything is written,
+// and the error a backend raises when its scan finds a non-finite value.
+#pragma once
+
+#include <cstdint>
+
+#include "ssr/error.hpp"
+#include "ssr/math/numeric.hpp"
+#include "ssr/spec.hpp"
+#include "ssr/view.hpp"
+
+namespace ssr {
+namespace detail {
+
+// Checks a view has the expected shape and a valid stride; name is the argument's name in the message.
+template <class T>
+void require_shape(const MatrixView<T>& v, const char* name, index_t rows, index_t cols) {
+  if (v.data == nullptr) fail(name, " is null");
+  if (v.rows != rows || v.cols != cols) fail(name, " has shape ", v.rows, "x", v.cols, ", expected ", rows, "x", cols);
+  if (v.stride < v.cols) fail("invalid ", name, ".stride = ", v.stride, ": must be at least its column count ", v.cols);
+}
+
+template <class T>
+void require_size(const VectorView<T>& v, const char* name, index_t size) {
+  if (v.data == nullptr) fail(name, " is null");
+  if (v.size != size) fail(name, " has size ", v.size, ", expected ", size);
+}
+
+// The shapes of a call routing m x n logits with k experts per token into out.
+template <class L, class T>
+void validate_route(int k, ConstMatrixView<L> logits, const RouteOutputs<T>& out) {
+  const index_t m = logits.rows, n = logits.cols;
+  require(n >= 1, "logits.cols", n, "must be at least 1 (the number of experts)");
+  require(m >= 0, "logits.rows", m, "must be >= 0");
+  require(k <= n, "k", k, "must be at most the number of experts n = ", n);
+  if (m > 0) {
+    require_shape(logits, "logits", m, n);
+    require_shape(out.experts, "experts", m, k);
+    require_shape(out.weights, "weights", m, k);
+    if (!out.plan.empty()) require_shape(out.plan, "plan", m, n);
+    if (!out.noise.empty()) require_shape(out.noise, "noise", m, n);
+  }
+  if (!out.load.empty()) require_size(out.load, "load", n);
+}
+
+// The shapes of a backward call: experts, weights and grad_weights m x k, grad_logits m x n.
+template <class T>
+void validate_backward(ConstMatrixView<std::int32_t> experts, ConstMatrixView<T> weights,
+                       ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits) {
+  const index_t m = experts.rows, n = grad_logits.cols, k = experts.cols;
+  require(n >= 1, "grad_logits.cols", n, "must be at least 1 (the number of experts)");
+  require(k >= 1 && k <= n, "experts.cols", k, "must be in [1, n = ", n, "]");
+  if (m == 0) return;
+  require_shape(experts, "experts", m, k);
+  require_shape(weights, "weights", m, k);
+  require_shape(grad_weights, "grad_weights", m, k);
+  require_shape(grad_logits, "grad_logits", m, n);
+}
+
+// The error for a non-finite logit found at (i, j).
+template <class V>
+[[noreturn]] void fail_non_finite_logit(index_t i, index_t j, V value) {
+  fail("invalid ", Indexed{"logits", i, j}, " = ", value, ": logits must be finite");
+}
+
+// The error for the first invalid assignment (i, r) a backward scan found: its expert, weight or gradient.
+template <class V>
+[[noreturn]] void fail_bad_assignment(index_t i, index_t r, std::int32_t expert, index_t n, V weight, V grad) {
+  require(expert >= 0 && expert < n, Indexed{"experts", i, r}, expert, "must be in [0, ", n, ")");
+  require(math::is_finite(weight), Indexed{"weights", i, r}, weight, "must be finite");
+  fail("invalid ", Indexed{"grad_weights", i, r}, " = ", grad, ": must be finite");
+}
+
+}  // namespace detail
+}  // namespace ssr

@@ -1,0 +1,116 @@
+// The CPU backend's vector forms against the scalar definitions they mirror (ssr/backend/cpu/simd.hpp).
+#include <catch2/catch.hpp>
+
+#include <ssr/backend/cpu/simd.hpp>
+#include <ssr/detail/aligned.hpp>
+#include <ssr/math/cost.hpp>
+#include <ssr/math/noise.hpp>
+#include <ssr/math/topk.hpp>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+using ssr::index_t;
+
+namespace {
+
+template <class T>
+struct Padded {
+  index_t n, np;
+  ssr::detail::AlignedBuffer<T> buffer;
+  T* data;
+  explicit Padded(index_t n_) : n(n_), np(ssr::CpuTuning::padded(n_)), data(buffer.reserve(static_cast<std::size_t>(np))) {}
+};
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("the vector kernel row is math::cost_row then math::kernel_row", "[simd]", float, double) {
+  using V = ssr::cpu::Simd<TestType>;
+  std::mt19937 gen(1);
+  std::normal_distribution<double> normal;
+  for (index_t n : {1, 2, 7, 8, 9, 16, 33, 100}) {
+    for (ssr::Cost cost : {ssr::Cost::linear, ssr::Cost::softmax}) {
+      for (double alpha : {0.0, 0.7}) {
+        for (double scale : {1e-3, 1.0, 30.0, 1e30}) {
+          ssr::RouteSpec spec;
+          spec.cost = cost;
+          spec.noise_alpha = alpha;
+          spec.sinkhorn.xi = 0.3;
+          const index_t np = ssr::CpuTuning::padded(n);
+          std::vector<TestType> s(static_cast<std::size_t>(n));
+          for (auto& v : s) v = static_cast<TestType>(std::min(scale * normal(gen), 0.5 * std::numeric_limits<TestType>::max()));
+          std::vector<double> z(static_cast<std::size_t>(np), 0.0), x(static_cast<std::size_t>(np)), ref_x(static_cast<std::size_t>(n));
+          if (alpha > 0) ssr::math::noise_row(spec, 3, n, z.data());
+          Padded<TestType> s_buf(n), k(n);
+          V::kernel_row(s.data(), n, np, spec, alpha > 0 ? z.data() : nullptr, s_buf.data, x.data(), k.data);
+          ssr::math::cost_row<TestType>(n, cost, [&](index_t j) { return s[j]; }, alpha > 0 ? z.data() : nullptr, ref_x.data());
+          std::vector<TestType> ref(static_cast<std::size_t>(n));
+          ssr::math::kernel_row<TestType>(n, ref_x.data(), spec.sinkhorn.xi, ref.data());
+          INFO("n " << n << " cost " << ssr::to_string(cost) << " alpha " << alpha << " scale " << scale);
+          for (index_t j = 0; j < n; ++j) REQUIRE(k.data[j] == ref[j]);  // equal values (+0 and -0 alike)
+          for (index_t j = n; j < np; ++j) REQUIRE(k.data[j] == -std::numeric_limits<TestType>::infinity());
+        }
+      }
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("the vector top-k is math::topk, ties included", "[simd]", float, double) {
+  using V = ssr::cpu::Simd<TestType>;
+  std::mt19937 gen(2);
+  std::uniform_int_distribution<int> small(0, 3);
+  for (index_t n : {2, 8, 13, 40, 100}) {
+    for (int k = 1; k <= std::min<int>(10, static_cast<int>(n)); ++k) {
+      for (int trial = 0; trial < 50; ++trial) {
+        Padded<TestType> x(n);
+        for (index_t j = 0; j < n; ++j) x.data[j] = static_cast<TestType>(small(gen)) / 4;  // many ties
+        for (index_t j = n; j < x.np; ++j) x.data[j] = 0;  // padding at most every real element
+        std::vector<std::int32_t> a(static_cast<std::size_t>(k)), b(static_cast<std::size_t>(k));
+        V::topk_row(x.data, n, x.np, k, a.data());
+        ssr::math::topk(n, k, b.data(), [&](index_t j) { return x.data[j]; });
+        INFO("n " << n << " k " << k);
+        REQUIRE(a == b);
+      }
+    }
+  }
+}
+
+TEST_CASE("the vector float exp is std::exp within 2 ulps, and 0 below its range", "[simd]") {
+  using V = ssr::cpu::Simd<float>;
+  const index_t np = 4096;
+  Padded<float> in(np), out(np);
+  for (index_t j = 0; j < np; ++j) in.data[j] = -87.0f + 87.5f * static_cast<float>(j) / static_cast<float>(np - 1);
+  V::exp_row(in.data, out.data, np);
+  for (index_t j = 0; j < np; ++j) {
+    const float ref = std::exp(in.data[j]);
+    INFO("x " << in.data[j]);
+    REQUIRE(std::abs(out.data[j] - ref) <= 2 * std::numeric_limits<float>::epsilon() * ref);
+  }
+  for (index_t j = 0; j < 8; ++j) in.data[j] = j == 0 ? -std::numeric_limits<float>::infinity() : -100.0f - static_cast<float>(j);
+  V::exp_row(in.data, out.data, 8);
+  for (index_t j = 0; j < 8; ++j) REQUIRE((out.data[j] >= 0 && out.data[j] < 1e-37f));
+}
+
+TEMPLATE_TEST_CASE("every width of the scaled pass gives the same bits", "[simd]", float, double) {
+  using V = ssr::cpu::Simd<TestType>;
+  std::mt19937 gen(3);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (index_t np : {8, 16}) {
+    const index_t rows = 37;
+    Padded<TestType> q(rows * np), v(np), part_a(np), part_b(np), sum_a(rows), sum_b(rows);
+    for (index_t e = 0; e < rows * np; ++e) q.data[e] = static_cast<TestType>(u(gen));
+    for (index_t j = 0; j < np; ++j) v.data[j] = static_cast<TestType>(u(gen) * 3);
+    V::pass(q.data, v.data, np, 0, rows, sum_a.data, part_a.data);
+    V::template pass_rows<0>(q.data, v.data, np, 0, rows, sum_b.data, part_b.data);
+    for (index_t i = 0; i < rows; ++i) REQUIRE(sum_a.data[i] == sum_b.data[i]);
+    for (index_t j = 0; j < np; ++j) REQUIRE(part_a.data[j] == part_b.data[j]);
+    // And what they compute: r = sum_j Q_ij v_j, and the column sums of Q_ij v_j / r_i.
+    for (index_t j = 0; j < np; ++j) {
+      double col = 0;
+      for (index_t i = 0; i < rows; ++i) col += static_cast<double>(q.data[i * np + j]) * v.data[j] / sum_a.data[i];
+      REQUIRE(part_a.data[j] == Approx(col).epsilon(1e-5));
+    }
+  }
+}

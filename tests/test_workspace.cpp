@@ -1,0 +1,115 @@
+// The call contract engines rely on, on every backend: a caller workspace of exactly the queried size,
+// rejected when too small, the backend's own workspace reused; checks skipped per call.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "support.hpp"
+
+using Catch::Matchers::Contains;
+using ssr::Context;
+using ssr::index_t;
+
+namespace {
+
+template <class T>
+void require_same(const test::Routed<T>& a, const test::Routed<T>& b) {
+  REQUIRE(a.experts == b.experts);
+  REQUIRE(std::memcmp(a.weights.data(), b.weights.data(), a.weights.size() * sizeof(T)) == 0);
+  REQUIRE(std::memcmp(a.plan.data(), b.plan.data(), a.plan.size() * sizeof(T)) == 0);
+  REQUIRE(a.load == b.load);
+  REQUIRE(a.info.iterations == b.info.iterations);
+}
+
+}  // namespace
+
+TEST_CASE("a caller workspace of exactly the queried size, at any alignment, is all a call uses", "[workspace]") {
+  const index_t m = 1500, n = 16;
+  const auto s = test::random_logits<float>(m, n, 1.0, 3, 2.0);
+  const auto policy = ssr::make_ssr(2, ssr::Cost::softmax, 0.5, {0.5, 1e-6, 100}, 0.2);
+  for (std::uint64_t step : {0, 1, 2, 3}) {  // both paths: the coin lands either way over these steps
+    const Context ctx = Context::train(step, 0, 4);
+    test::Router<ssr::SSRPolicy, float> own(policy), caller(policy);
+    const std::size_t bytes = caller.inner().workspace_bytes(m, n, ctx);
+    INFO(test::backend_name << ": step " << step << " path " << ssr::to_string(caller.resolve(ctx).path) << ", " << bytes
+                            << " bytes");
+    CHECK(bytes <= caller.inner().workspace_bytes(m, n));
+    test::Routed<float> a(m, n, 2), b(m, n, 2);
+    a.info = own.route({s.data(), m, n}, ctx, a.outputs());
+    constexpr std::size_t offset = 1, canary = 256;  // a misaligned start, and bytes past the end
+    test::Bytes memory(offset + bytes + canary, 0xa5);
+    b.info = caller.route({s.data(), m, n}, ctx, b.outputs(),
+                          typename test::Router<ssr::SSRPolicy, float>::options_type{}.using_workspace(
+                              {static_cast<unsigned char*>(memory.data()) + offset, bytes}));
+    require_same(a, b);
+    CHECK(caller.backend().held_workspace_bytes() == 0);  // the backend allocated nothing of its own
+    const auto after = memory.read();
+    for (std::size_t e = offset + bytes; e < after.size(); ++e) REQUIRE(after[e] == 0xa5);
+    CHECK(after[0] == 0xa5);
+  }
+}
+
+TEST_CASE("a workspace smaller than the call needs is rejected before anything is written", "[workspace][errors]") {
+  const index_t m = 100, n = 8, k = 2;
+  const auto s = test::random_logits<float>(m, n, 1.0, 3);
+  test::Router<ssr::SinkhornTopK, float> router(ssr::SinkhornTopK(2));
+  const std::size_t bytes = router.inner().workspace_bytes(m, n, Context::train(0));
+  test::Bytes memory(bytes, 0);
+  test::Routed<float> out(m, n, k);
+  std::fill(out.experts.begin(), out.experts.end(), -7);
+  CHECK_THROWS_WITH(router.route({s.data(), m, n}, Context::train(0), out.outputs(),
+                                 typename test::Router<ssr::SinkhornTopK, float>::options_type{}.using_workspace(
+                                     {memory.data(), bytes - 1})),
+                    Contains("workspace.bytes = " + std::to_string(bytes - 1)));
+  CHECK(out.experts == std::vector<std::int32_t>(m * k, -7));
+}
+
+TEST_CASE("the backend's own workspace grows once and is reused", "[workspace]") {
+  const index_t m = 3000, n = 16, k = 2;
+  const auto s = test::random_logits<float>(m, n, 1.0, 5);
+  test::Router<ssr::SinkhornTopK, float> router{ssr::SinkhornTopK(k)};
+  test::Routed<float> a(m, n, k), b(m, n, k);
+  a.info = router.route({s.data(), m, n}, Context::train(0), a.outputs());
+  const auto bytes = router.backend().held_workspace_bytes();
+  CHECK(bytes == router.inner().workspace_bytes(m, n, Context::train(0)));
+  b.info = router.route({s.data(), m, n}, Context::train(0), b.outputs());
+  CHECK(router.backend().held_workspace_bytes() == bytes);
+  require_same(a, b);
+  test::Routed<float> c(m / 2, n, k);  // a smaller call fits in the same workspace
+  c.info = router.route({s.data(), m / 2, n}, Context::train(0), c.outputs());
+  CHECK(router.backend().held_workspace_bytes() == bytes);
+}
+
+TEST_CASE("a call that skips the finiteness check routes finite logits alike, and non-finite ones without a throw",
+          "[checks]") {
+  const index_t m = 400, n = 8, k = 2;
+  auto s = test::random_logits<float>(m, n, 1.0, 8);
+  for (const bool sinkhorn : {false, true}) {
+    const auto policy = ssr::make_ssr(k, ssr::Cost::linear, sinkhorn ? 1.0 : 0.0);
+    test::Router<ssr::SSRPolicy, float> router(policy);
+    using Options = typename test::Router<ssr::SSRPolicy, float>::options_type;
+    test::Routed<float> a(m, n, k), b(m, n, k);
+    a.info = router.route({s.data(), m, n}, Context::train(0), a.outputs());
+    b.info = router.route({s.data(), m, n}, Context::train(0), b.outputs(), Options{}.unchecked());
+    require_same(a, b);
+    auto bad = s;
+    bad[5 * n + 3] = std::numeric_limits<float>::quiet_NaN();
+    CHECK_THROWS_WITH(router.route({bad.data(), m, n}, Context::train(0), b.outputs()), Contains("logits(5, 3) = nan"));
+    CHECK_NOTHROW(router.route({bad.data(), m, n}, Context::train(0), b.outputs(), Options{}.unchecked()));
+  }
+}
+
+TEST_CASE("a complete info needs no waiting", "[checks]") {
+  const index_t m = 64, n = 8;
+  const auto s = test::random_logits<float>(m, n, 1.0, 2);
+  test::Router<ssr::SinkhornTopK, float> router(ssr::SinkhornTopK(2));
+  test::Routed<float> r(m, n, 2);
+  auto info = router.route({s.data(), m, n}, Context::train(0), r.outputs());  // test::Router asks to wait
+  REQUIRE(info.complete());
+  const auto before = info.iterations;
+  router.inner().wait(info);
+  CHECK(info.iterations == before);
+  CHECK(info.iterations >= 1);
+}
