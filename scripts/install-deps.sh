@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Installs the Debian packages ssr builds, tests and benchmarks with. Safe to run again.
-# --torch adds libtorch and Debian's PyTorch, for the PyTorch operators (-DSSR_BUILD_TORCH=ON).
+# --torch adds libtorch and Debian's PyTorch, for the PyTorch operators (-DSSR_BUILD_TORCH=ON);
+# --lint adds clang-format and clang-tidy (-DSSR_LINT=ON).
 set -euo pipefail
 packages=(cmake ninja-build g++ libeigen3-dev xtensor-dev catch2 librandom123-dev libbenchmark-dev)
-if [ "${1:-}" = "--torch" ]; then
-  packages+=(libtorch-dev python3-torch)
-fi
+for option in "$@"; do
+  case "$option" in
+    --torch) packages+=(libtorch-dev python3-torch) ;;
+    --lint) packages+=(clang-format clang-tidy) ;;
+    *) echo "install-deps.sh: unknown option $option" >&2; exit 2 ;;
+  esac
+done
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
