@@ -3,7 +3,8 @@
 # -DSSR_ENABLE_CUDA=ON (and Google Benchmark for the benchmarks):
 #   cmake --build BUILD --target ssr_cuda_tests ssr_cuda_bench ssr_tests ssr-route
 #   bash cuda/run_gpu_checks.sh BUILD [OUT]
-# Runs the CUDA tests, the same under compute-sanitizer (memcheck, racecheck, synccheck) on a small grid,
+# Runs the CUDA tests (the property suite of tests/ on the CUDA backend, its agreement with the CPU backend,
+# and the CUDA call tests), the quick ones under compute-sanitizer (memcheck, racecheck, synccheck),
 # ssr-route --backend cuda against the CPU backend, and the benchmarks against PyTorch
 # (cuda/bench/peers_cuda.py, when PyTorch with CUDA is installed). Logs go to OUT (default: BUILD/gpu-checks);
 # each check is stopped after SSR_CHECK_TIMEOUT seconds (default 600).
@@ -23,9 +24,13 @@ step() {  # step NAME COMMAND...: runs and logs one check, remembering a failure
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 step cuda_tests "$build/cuda/tests/ssr_cuda_tests"
+# Under the sanitizers, the quick tests: every path and call option, without the large agreement grids
+# and the stream test, whose time limit the sanitizers' slowdown would exceed.
+quick="[workspace],[checks],[errors],[softmax],[backward],[cuda]~[stream]"
 if command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck synccheck; do
-    step "sanitizer_$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 "$build/cuda/tests/ssr_cuda_tests" --quick
+    step "sanitizer_$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 "$build/cuda/tests/ssr_cuda_tests" \
+      "$quick"
   done
 else
   echo "compute-sanitizer not found: sanitizer checks not run"

@@ -1,17 +1,23 @@
 // The backend under test against the CPU backend, on a grid of shapes (built into the Thrust and CUDA
 // test programs).
 //
-// Stated tolerance: softmax top-k runs the same scalar mathematics on every backend (ssr/math/), in the
-// same order of operations, so experts, weights, noise and load are identical bits. For Sinkhorn the costs
-// and noise are identical bits, but the CPU iterates in scaled form with a vectorised exp in T while the
-// Thrust and CUDA backends iterate in the log domain in double, adding the column sums in their own
-// orders; the potentials agree to rounding, so on these random logits (no near-ties) the experts are
-// identical and the weights and plans agree within 2e-6 (float) and 1e-10 (double) absolute. A single
-// token is the exception: its plan must be uniform, an exact tie between all experts that rounding may
-// break either way, so for m = 1 the Sinkhorn comparison checks the plan only.
+// Stated tolerance: softmax top-k runs the same scalar mathematics on every backend (ssr/math/, in double,
+// in the same order of operations). On the host (Thrust's OMP system) that gives identical bits for the
+// experts, weights, noise and load. On the GPU, exp, log, sin and cos come from CUDA's libdevice, whose
+// results may differ from the host's libm in the last bit of a double: the experts and load are identical
+// (no near-ties in these logits), the noise and weights agree within 4 units in the last place
+// (4e-7 absolute for float values up to 1, 1e-15 for double). For Sinkhorn the costs and noise are those
+// same values, but the CPU iterates in scaled form with a vectorised exp in T while the Thrust and CUDA
+// backends iterate in the log domain in double, adding the column sums in their own orders; the potentials
+// agree to rounding, so on these random logits the experts are identical and the weights and plans agree
+// within 2e-6 (float) and 1e-10 (double) absolute. A single token is the exception: its plan must be
+// uniform, an exact tie between all experts that rounding may break either way, so for m = 1 the Sinkhorn
+// comparison checks the plan only.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <type_traits>
 
 #include "support.hpp"
@@ -21,6 +27,26 @@ using ssr::Cost;
 using ssr::index_t;
 
 namespace {
+
+// Largest difference between two backends' values, relative to max(1, |value|).
+template <class T>
+double largest_difference(const std::vector<T>& a, const std::vector<T>& b) {
+  double worst = 0;
+  for (std::size_t e = 0; e < a.size(); ++e)
+    worst = std::max(worst, std::abs(static_cast<double>(a[e]) - static_cast<double>(b[e])) /
+                                std::max(1.0, std::abs(static_cast<double>(a[e]))));
+  return worst;
+}
+
+// How far the same double computation may land from the CPU's: 0 on the host, 4 ulps of T on the GPU.
+template <class T>
+double libm_tolerance() {
+#ifdef SSR_TEST_CUDA
+  return 4 * static_cast<double>(std::numeric_limits<T>::epsilon());
+#else
+  return 0;
+#endif
+}
 
 template <class T, class Policy>
 test::Routed<T> route_cpu(const Policy& policy, const std::vector<T>& s, index_t m, index_t n, const Context& ctx) {
@@ -47,8 +73,8 @@ TEMPLATE_TEST_CASE("the backend routes as the CPU backend", "[agreement]", float
             const ssr::NoisyCost<ssr::SoftmaxTopK> soft(ssr::SoftmaxTopK(k, cost), alpha, 1.0);
             const auto a = route_cpu(soft, s, m, n, ctx), b = test::route(soft, s, m, n, ctx);
             REQUIRE(a.experts == b.experts);
-            REQUIRE(a.weights == b.weights);
-            REQUIRE(a.noise == b.noise);
+            REQUIRE(largest_difference(a.weights, b.weights) <= libm_tolerance<TestType>());
+            REQUIRE(largest_difference(a.noise, b.noise) <= libm_tolerance<TestType>());
             REQUIRE(a.load == b.load);
           }
 
@@ -56,7 +82,7 @@ TEMPLATE_TEST_CASE("the backend routes as the CPU backend", "[agreement]", float
             const ssr::NoisyCost<ssr::SinkhornTopK> sink(
                 ssr::SinkhornTopK(std::min<int>(2, static_cast<int>(n)), cost, {0.5, 1e-6, 100}, weights), alpha, 1.0);
             const auto c = route_cpu(sink, s, m, n, ctx), d = test::route(sink, s, m, n, ctx);
-            REQUIRE(c.noise == d.noise);
+            REQUIRE(largest_difference(c.noise, d.noise) <= libm_tolerance<TestType>());
             for (std::size_t e = 0; e < c.plan.size(); ++e) REQUIRE(std::abs(c.plan[e] - d.plan[e]) <= tol);
             if (m == 1) continue;
             REQUIRE(c.experts == d.experts);
@@ -68,5 +94,26 @@ TEMPLATE_TEST_CASE("the backend routes as the CPU backend", "[agreement]", float
         }
       }
     }
+  }
+}
+
+TEST_CASE("wide rows route as on the CPU backend", "[agreement]") {
+  // n beyond the CUDA backend's fused Sinkhorn (736) and shared-memory load count (8192): its Thrust paths.
+  for (const auto& shape : {std::pair<index_t, index_t>{300, 800}, {60, 9000}}) {
+    const index_t m = shape.first, n = shape.second;
+    const auto s = test::random_logits<float>(m, n, 2.0, 17, 3.0);
+    const Context ctx = Context::train(1, 0, 3);
+    INFO(test::backend_name << ": m " << m << " n " << n);
+    const ssr::NoisyCost<ssr::SoftmaxTopK> soft(ssr::SoftmaxTopK(2), 0.3, 1.0);
+    const auto a = route_cpu(soft, s, m, n, ctx), b = test::route(soft, s, m, n, ctx);
+    REQUIRE(a.experts == b.experts);
+    REQUIRE(a.load == b.load);
+    if (n > 1000) continue;
+    const ssr::SinkhornTopK sink(2, Cost::linear, {0.5, 1e-6, 100});
+    const auto c = route_cpu(sink, s, m, n, ctx), d = test::route(sink, s, m, n, ctx);
+    REQUIRE(c.experts == d.experts);
+    REQUIRE(c.load == d.load);
+    REQUIRE(largest_difference(c.weights, d.weights) <= 2e-6);
+    REQUIRE(std::abs(c.info.iterations - d.info.iterations) <= 1);
   }
 }

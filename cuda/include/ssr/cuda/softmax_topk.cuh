@@ -48,11 +48,16 @@ __global__ void softmax_topk_kernel(ConstMatrixView<In> s, RouteSpec spec, Matri
 
   math::CostShift shift{0, 1};
   if (Noisy) shift = math::cost_shift(n, spec.cost, [in](index_t j) { return ssr::detail::to_double(in[j]); });
+  // NaN (unchecked non-finite logits) ranks as -inf, so every chosen index is a column of the row.
   auto score = [&](index_t j) -> Score {
-    if (!Noisy) return load(in + j);
+    if (!Noisy) {
+      const Score v = load(in + j);
+      return v == v ? v : -INFINITY;
+    }
     const double z = math::noise_value(spec, math::element_index(row, s.cols, j));
     if (noise.data) noise(row, j) = static_cast<T>(z);
-    return math::cost_value<T>(math::shifted_cost(spec.cost, ssr::detail::to_double(in[j]), shift), &z);
+    const double c = math::cost_value<T>(math::shifted_cost(spec.cost, ssr::detail::to_double(in[j]), shift), &z);
+    return c == c ? c : -INFINITY;
   };
 
   // Each lane's best k of its columns j = sub, sub + Lanes, ..., in order, kept in registers: every index

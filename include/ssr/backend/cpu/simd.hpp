@@ -36,12 +36,14 @@ struct Simd {
 
   // out = exp(in) for np elements, a multiple of W. Floats: Cody-Waite reduction to r in [-ln2/2, ln2/2]
   // and a degree-7 polynomial (relative error below 1e-7), 2^k put in the exponent bits; inputs below -88
-  // (-inf included) give 0 or the subnormals just above it, never NaN. Doubles: Eigen's exp.
+  // (-inf included) give 0 or the subnormals just above it, never NaN; NaN (unchecked non-finite logits)
+  // is read as -88, so no conversion is undefined. Doubles: Eigen's exp.
   static void exp_row(const T* in, T* out, index_t np) {
     if constexpr (std::is_same<T, float>::value) {
       using Bits = Eigen::Array<std::int32_t, W, 1>;
       for (index_t c = 0; c < np; c += W) {
-        const Chunk x = At<const Chunk>(in + c).max(-88.0f).min(88.0f);
+        const Chunk raw = At<const Chunk>(in + c);
+        const Chunk x = raw.isNaN().select(Chunk::Constant(-88.0f), raw.max(-88.0f).min(88.0f));
         const Chunk kf = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round(x / ln2)
         const Chunk r = (x - kf * 0.693359375f) - kf * -2.12194440e-4f;
         Chunk y = r * 1.9875691500e-4f + 1.3981999507e-3f;
