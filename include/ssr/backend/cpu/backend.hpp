@@ -174,10 +174,9 @@ class CpuBackend {
       math::softmax_weights(
           spec.k, [row, idx](int r) { return row[idx[r]]; },
           [w](int r, double value) { w[r] = static_cast<T>(value); });
-      if (!out.noise.empty()) {
-        T* d = out.noise.row(i);
-        for (index_t j = 0; j < n; ++j) d[j] = spec.noisy() ? static_cast<T>(z[j]) : T(0);
-      }
+      if (!out.noise.empty())
+        math::noise_output(
+            spec, n, [z](index_t j) { return z[j]; }, out.noise.row(i));
     });
   }
 

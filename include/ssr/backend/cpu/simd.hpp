@@ -42,8 +42,8 @@ struct Simd {
     if constexpr (std::is_same<T, float>::value) {
       using Bits = Eigen::Array<std::int32_t, W, 1>;
       for (index_t c = 0; c < np; c += W) {
-        const Chunk raw = At<const Chunk>(in + c);
-        const Chunk x = raw.isNaN().select(Chunk::Constant(-88.0f), raw.max(-88.0f).min(88.0f));
+        // Eigen's max follows std::max: max(-88, NaN) is -88.
+        const Chunk x = Chunk::Constant(-88.0f).max(At<const Chunk>(in + c)).min(88.0f);
         const Chunk kf = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round(x / ln2)
         const Chunk r = (x - kf * 0.693359375f) - kf * -2.12194440e-4f;
         Chunk y = r * 1.9875691500e-4f + 1.3981999507e-3f;

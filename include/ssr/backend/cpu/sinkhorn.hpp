@@ -111,10 +111,9 @@ class Sinkhorn {
           V::kernel_row(s.row(i), n, np, spec, spec.noisy() ? z : nullptr, s_buf, x, krow);
           V::exp_row(krow, q + i * np, np);
           row_top[i] = T(0);
-          if (!out.noise.empty()) {
-            T* d = out.noise.row(i);
-            for (index_t j = 0; j < n; ++j) d[j] = spec.noisy() ? static_cast<T>(z[j]) : T(0);
-          }
+          if (!out.noise.empty())
+            math::noise_output(
+                spec, n, [z](index_t j) { return z[j]; }, out.noise.row(i));
         }
         pass(blk);
       }

@@ -63,7 +63,8 @@ struct SoftmaxRow {
         spec.k, [&](int r) { return logit(idx[r]); }, [w](int r, double v) { w[r] = static_cast<T>(v); });
     if (!noise.empty()) {
       const RowCost<In, T> cost(spec, row, s.cols, i);
-      for (index_t j = 0; j < s.cols; ++j) noise(i, j) = spec.noisy() ? static_cast<T>(cost.noise(j)) : T(0);
+      math::noise_output(
+          spec, s.cols, [&cost](index_t j) { return cost.noise(j); }, noise.row(i));
     }
   }
 };
@@ -83,7 +84,8 @@ struct KernelRow {
     for (index_t j = 0; j < n; ++j)
       logk[i * n + j] = static_cast<T>(math::kernel_value<T>(cost(j), shift, spec.sinkhorn.xi));
     if (!noise.empty())
-      for (index_t j = 0; j < n; ++j) noise(i, j) = spec.noisy() ? static_cast<T>(cost.noise(j)) : T(0);
+      math::noise_output(
+          spec, n, [&cost](index_t j) { return cost.noise(j); }, noise.row(i));
   }
 };
 
