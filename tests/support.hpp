@@ -16,7 +16,10 @@
 #include "support_cuda.hpp"
 #endif
 
+#include <catch2/catch.hpp>
+
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -161,6 +164,18 @@ struct Routed {
   std::int32_t expert(ssr::index_t i, ssr::index_t r) const { return experts[static_cast<std::size_t>(i * k + r)]; }
   T weight(ssr::index_t i, ssr::index_t r) const { return weights[static_cast<std::size_t>(i * k + r)]; }
 };
+
+// Two calls gave the same bits in every output and statistic.
+template <class T>
+void require_identical(const Routed<T>& a, const Routed<T>& b) {
+  REQUIRE(a.experts == b.experts);
+  REQUIRE(std::memcmp(a.weights.data(), b.weights.data(), a.weights.size() * sizeof(T)) == 0);
+  REQUIRE(std::memcmp(a.plan.data(), b.plan.data(), a.plan.size() * sizeof(T)) == 0);
+  REQUIRE(std::memcmp(a.noise.data(), b.noise.data(), a.noise.size() * sizeof(T)) == 0);
+  REQUIRE(a.load == b.load);
+  REQUIRE(a.info.iterations == b.info.iterations);
+  REQUIRE(a.info.marginal_error == b.info.marginal_error);
+}
 
 template <class T, class Policy>
 Routed<T> route(const Policy& policy, const std::vector<T>& s, ssr::index_t m, ssr::index_t n, const ssr::Context& ctx,

@@ -3,7 +3,6 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 #include "support.hpp"
@@ -11,19 +10,6 @@
 using Catch::Matchers::Contains;
 using ssr::Context;
 using ssr::index_t;
-
-namespace {
-
-template <class T>
-void require_same(const test::Routed<T>& a, const test::Routed<T>& b) {
-  REQUIRE(a.experts == b.experts);
-  REQUIRE(std::memcmp(a.weights.data(), b.weights.data(), a.weights.size() * sizeof(T)) == 0);
-  REQUIRE(std::memcmp(a.plan.data(), b.plan.data(), a.plan.size() * sizeof(T)) == 0);
-  REQUIRE(a.load == b.load);
-  REQUIRE(a.info.iterations == b.info.iterations);
-}
-
-}  // namespace
 
 TEST_CASE("a caller workspace of exactly the queried size, at any alignment, is all a call uses", "[workspace]") {
   const index_t m = 1500, n = 16;
@@ -43,7 +29,7 @@ TEST_CASE("a caller workspace of exactly the queried size, at any alignment, is 
     b.info = caller.route({s.data(), m, n}, ctx, b.outputs(),
                           typename test::Router<ssr::SSRPolicy, float>::options_type{}.using_workspace(
                               {static_cast<unsigned char*>(memory.data()) + offset, bytes}));
-    require_same(a, b);
+    test::require_identical(a, b);
     CHECK(caller.backend().held_workspace_bytes() == 0);  // the backend allocated nothing of its own
     const auto after = memory.read();
     for (std::size_t e = offset + bytes; e < after.size(); ++e) REQUIRE(after[e] == 0xa5);
@@ -76,7 +62,7 @@ TEST_CASE("the backend's own workspace grows once and is reused", "[workspace]")
   CHECK(bytes == router.inner().workspace_bytes(m, n, Context::train(0)));
   b.info = router.route({s.data(), m, n}, Context::train(0), b.outputs());
   CHECK(router.backend().held_workspace_bytes() == bytes);
-  require_same(a, b);
+  test::require_identical(a, b);
   test::Routed<float> c(m / 2, n, k);  // a smaller call fits in the same workspace
   c.info = router.route({s.data(), m / 2, n}, Context::train(0), c.outputs());
   CHECK(router.backend().held_workspace_bytes() == bytes);
@@ -93,7 +79,7 @@ TEST_CASE("a call that skips the finiteness check routes finite logits alike, an
     test::Routed<float> a(m, n, k), b(m, n, k);
     a.info = router.route({s.data(), m, n}, Context::train(0), a.outputs());
     b.info = router.route({s.data(), m, n}, Context::train(0), b.outputs(), Options{}.unchecked());
-    require_same(a, b);
+    test::require_identical(a, b);
     auto bad = s;
     bad[5 * n + 3] = std::numeric_limits<float>::quiet_NaN();
     CHECK_THROWS_WITH(router.route({bad.data(), m, n}, Context::train(0), b.outputs()), Contains("logits(5, 3) = nan"));
