@@ -21,6 +21,13 @@ if(SSR_ENABLE_CUDA)
   export(EXPORT ssrCudaTargets NAMESPACE ssr:: FILE "${PROJECT_BINARY_DIR}/ssrCudaTargets.cmake")
 endif()
 
+if(SSR_ENABLE_MPI)
+  install(FILES "${PROJECT_SOURCE_DIR}/mpi/include/ssr/mpi.hpp" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/ssr")
+  install(TARGETS ssr_mpi EXPORT ssrMpiTargets)
+  install(EXPORT ssrMpiTargets NAMESPACE ssr:: DESTINATION "${SSR_CONFIG_DIR}")
+  export(EXPORT ssrMpiTargets NAMESPACE ssr:: FILE "${PROJECT_BINARY_DIR}/ssrMpiTargets.cmake")
+endif()
+
 configure_package_config_file("${PROJECT_SOURCE_DIR}/cmake/ssrConfig.cmake.in" "${PROJECT_BINARY_DIR}/ssrConfig.cmake"
   INSTALL_DESTINATION "${SSR_CONFIG_DIR}")
 write_basic_package_version_file("${PROJECT_BINARY_DIR}/ssrConfigVersion.cmake"

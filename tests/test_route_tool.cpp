@@ -26,9 +26,10 @@ struct Run {
   std::string out, err;
 };
 
-Run run_tool(const std::string& args, const fs::path& dir) {
+// Runs a shell command, its output and errors kept in dir.
+Run run_command(const std::string& command, const fs::path& dir) {
   const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
-  const std::string cmd = std::string(SSR_ROUTE_EXE) + " " + args + " >" + out.string() + " 2>" + err.string();
+  const std::string cmd = command + " >" + out.string() + " 2>" + err.string();
   const int raw = std::system(cmd.c_str());
   auto slurp = [](const fs::path& p) {
     std::ifstream in(p);
@@ -38,6 +39,8 @@ Run run_tool(const std::string& args, const fs::path& dir) {
   };
   return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, slurp(out), slurp(err)};
 }
+
+Run run_tool(const std::string& args, const fs::path& dir) { return run_command(std::string(SSR_ROUTE_EXE) + " " + args, dir); }
 
 fs::path fresh_dir(const std::string& name) {
   const fs::path d = fs::temp_directory_path() / ("ssr-route-test-" + name + "-" + std::to_string(::getpid()));
@@ -215,4 +218,50 @@ TEST_CASE("ssr-route --backend cuda routes as the CPU backend, or says why it ca
 #endif
   }
   fs::remove_all(dir);
+}
+
+// ssr-route --distributed mpi under mpirun: the same files and JSON as one process (plus "ranks"), the
+// experts and noise identical, the weights within 1e-5 and the same iterations; bad input on every rank
+// ends every rank with status 2.
+TEST_CASE("ssr-route --distributed mpi routes as one process", "[tool][mpi]") {
+#ifdef SSR_ROUTE_HAS_MPI
+  const auto dir = fresh_dir("mpi");
+  const ssr::index_t m = 1001, n = 16;
+  const auto s = test::random_logits<float>(m, n, 1.0, 12, 3.0);
+  xt::xtensor<float, 2> logits({std::size_t(m), std::size_t(n)});
+  std::copy(s.begin(), s.end(), logits.begin());
+  xt::dump_npy((dir / "l.npy").string(), logits);
+  const std::string mpirun = std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
+                             "OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1 " + SSR_MPIEXEC +
+                             " -np 3 --oversubscribe ";
+  const std::string args = " --logits " + (dir / "l.npy").string() + " --policy sinkhorn --noise-alpha 0.2 --dump-noise --out ";
+  const auto one = run_tool(args + (dir / "one").string(), dir);
+  const auto three = run_command(mpirun + SSR_ROUTE_EXE + args + (dir / "three").string() + " --distributed mpi", dir);
+  INFO(three.err);
+  REQUIRE(one.status == 0);
+  REQUIRE(three.status == 0);
+  CHECK(three.out.find("\"ranks\": 3") != std::string::npos);
+  const auto iterations = [](const std::string& json) { return json.substr(0, json.find("\"marginal_error\"")); };
+  CHECK(iterations(one.out) == iterations(three.out));
+  const auto file = [&](const char* side, const char* name) { return (dir / side / name).string(); };
+  const bool same_experts = xt::load_npy<std::int32_t>(file("one", "experts.npy")) == xt::load_npy<std::int32_t>(file("three", "experts.npy"));
+  const bool same_noise = xt::load_npy<float>(file("one", "noise.npy")) == xt::load_npy<float>(file("three", "noise.npy"));
+  const bool close_weights =
+      xt::allclose(xt::load_npy<float>(file("one", "weights.npy")), xt::load_npy<float>(file("three", "weights.npy")), 0.0, 1e-5);
+  CHECK(same_experts);
+  CHECK(same_noise);
+  CHECK(close_weights);
+
+  const auto bad = run_command(mpirun + SSR_ROUTE_EXE + " --logits " + (dir / "missing.npy").string() + " --out " +
+                                   (dir / "bad").string() + " --distributed mpi",
+                               dir);
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("ssr-route: cannot open") != std::string::npos);
+  CHECK(!fs::exists(dir / "bad"));
+  fs::remove_all(dir);
+#else
+  const auto r = run_tool("--logits x.npy --out o --distributed mpi", fs::temp_directory_path());
+  CHECK(r.status == 2);
+  CHECK(r.err.find("built without MPI") != std::string::npos);
+#endif
 }

@@ -4,6 +4,8 @@
 
 #include <cstddef>
 
+#include "ssr/communicator.hpp"
+
 namespace ssr {
 
 // The stream type of host backends, which run a call on the calling thread (and its OpenMP team).
@@ -33,6 +35,9 @@ struct CallOptions {
   // GPU backends: return only once the call's work is done and its RouteInfo is complete. Otherwise the
   // call returns once its work is queued (see RouteInfo::pending).
   bool wait = false;
+  // Ranks that route shards of one problem (each with its Context::first_row): the Sinkhorn path balances
+  // the plan over all of them. Null: this process alone. The softmax path never communicates.
+  const Communicator<Stream>* communicator = nullptr;
 
   // Builders, for one-line options: CallOptions<S>().on(stream).using_workspace(ws).unchecked().
   CallOptions& on(Stream s) {
@@ -49,6 +54,10 @@ struct CallOptions {
   }
   CallOptions& waiting() {
     wait = true;
+    return *this;
+  }
+  CallOptions& across(const Communicator<Stream>& ranks) {
+    communicator = &ranks;
     return *this;
   }
 };

@@ -1,4 +1,5 @@
-// The per-call context: training or evaluation, and the (seed, layer, step) that key every random draw.
+// The per-call context: training or evaluation, the (seed, layer, step) that key every random draw, and
+// where this call's rows lie among all the rows of a problem shared by many ranks.
 #pragma once
 
 #include <cstdint>
@@ -12,11 +13,20 @@ struct Context {
   std::uint64_t step = 0;   // training step: the counter of the random streams
   std::uint32_t layer = 0;  // MoE block index: part of the key, so layers draw independent streams
   std::uint32_t seed = 0;   // run seed: the other part of the key
+  // The global index of this call's first row when ranks route shards of one problem (CallOptions::
+  // communicator): token i's random draws are those of global row first_row + i. 0 for one process.
+  std::uint64_t first_row = 0;
 
   static constexpr Context train(std::uint64_t step, std::uint32_t layer = 0, std::uint32_t seed = 0) {
-    return Context{Mode::train, step, layer, seed};
+    return Context{Mode::train, step, layer, seed, 0};
   }
   static constexpr Context eval() { return Context{}; }
+  // The same context for the shard whose first row is global row `row`.
+  constexpr Context at_row(std::uint64_t row) const {
+    Context c = *this;
+    c.first_row = row;
+    return c;
+  }
 };
 
 }  // namespace ssr

@@ -14,6 +14,8 @@
 
 #include "ssr/call.hpp"
 #include "ssr/context.hpp"
+#include "ssr/detail/agreement.hpp"
+#include "ssr/detail/workspace.hpp"
 #include "ssr/dispatch.hpp"
 #include "ssr/error.hpp"
 #include "ssr/load_stats.hpp"
@@ -94,7 +96,10 @@ class Router {
     return softmax > sinkhorn ? softmax : sinkhorn;
   }
 
-  // Routes m tokens over n experts. Every argument is checked before anything is written.
+  // Routes m tokens over n experts. Every argument is checked before anything is written. With
+  // options.communicator, a Sinkhorn call balances the plan over every rank's tokens: all ranks make the
+  // call together (each its own rows, ctx.first_row their global index), agree first that every rank's
+  // call is valid (else each throws), and end with the same potentials and statistics.
   RouteInfo route(ConstMatrixView<T> logits, const Context& ctx, const RouteOutputs<T>& out,
                   const options_type& options = {}) {
     return route_as<T>(logits, ctx, out, options);
@@ -127,8 +132,18 @@ class Router {
   template <class In>
   RouteInfo route_as(ConstMatrixView<In> logits, const Context& ctx, const RouteOutputs<T>& out,
                      const options_type& options) {
-    const RouteSpec spec = policy_.resolve(ctx);
-    detail::validate_route(spec.k, logits, out);
+    RouteSpec spec = policy_.resolve(ctx);
+    const auto checks = [&] {
+      detail::validate_route(spec.k, logits, out);
+      if (!options.workspace.empty())
+        detail::require_workspace(options.workspace, backend_.workspace_bytes(spec, logits.rows, logits.cols));
+      if (options.check_finite && logits.rows > 0) backend_.check_finite(logits, options);
+    };
+    if (options.communicator && spec.path == Path::sinkhorn) {
+      spec.total_rows = detail::agree(*options.communicator, options.stream, logits.rows, checks);
+    } else {
+      checks();
+    }
     RouteInfo info = backend_.route(spec, logits, out, options);
     if (options.wait) wait(info, options);
     return info;

@@ -40,6 +40,10 @@ struct RouteSpec {
   std::uint32_t seed = 0;
   std::uint32_t layer = 0;
   std::uint64_t step = 0;
+  std::uint64_t first_row = 0;  // global index of the call's first row
+  // Rows of the whole problem, over every rank that shares it: the plan's columns sum to total_rows / n.
+  // 0: this call's rows (one process). Set by the Router once the ranks have agreed on it.
+  std::int64_t total_rows = 0;
 
   SSR_HD bool noisy() const { return noise_alpha > 0; }
 };

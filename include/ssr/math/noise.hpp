@@ -1,5 +1,6 @@
 // The cost noise alpha * eps_ij, eps ~ N(0, sigma^2): element (i, j) is number i * n + j of the call's
-// Philox stream (seed, layer, step), so every backend and thread count draws the same numbers.
+// Philox stream (seed, layer, step), i the token's global row (RouteSpec::first_row + its row in the call),
+// so every backend, thread count and sharding over ranks draws the same numbers.
 #pragma once
 
 #include <cstdint>
@@ -12,23 +13,25 @@
 namespace ssr {
 namespace math {
 
-SSR_HD inline std::uint64_t element_index(index_t row, index_t n, index_t j) {
-  return static_cast<std::uint64_t>(row) * static_cast<std::uint64_t>(n) + static_cast<std::uint64_t>(j);
+// The stream element of the call's row `row` (from 0) and expert j.
+SSR_HD inline std::uint64_t element_index(const RouteSpec& spec, index_t row, index_t n, index_t j) {
+  return (spec.first_row + static_cast<std::uint64_t>(row)) * static_cast<std::uint64_t>(n) +
+         static_cast<std::uint64_t>(j);
 }
 
-// alpha * eps of stream element e.
-SSR_HD inline double noise_value(const RouteSpec& spec, std::uint64_t e) {
-  return spec.noise_alpha * spec.noise_sigma * random::normal(spec.seed, spec.layer, spec.step, e);
+// alpha * eps of the call's element (row, j).
+SSR_HD inline double noise_value(const RouteSpec& spec, index_t row, index_t n, index_t j) {
+  return spec.noise_alpha * spec.noise_sigma *
+         random::normal(spec.seed, spec.layer, spec.step, element_index(spec, row, n, j));
 }
 
-// z[j] = noise_value(spec, element_index(row, n, j)) for the n elements of a row, each block of four
-// normals drawn once.
+// z[j] = noise_value(spec, row, n, j) for the n elements of a row, each block of four normals drawn once.
 SSR_HD inline void noise_row(const RouteSpec& spec, index_t row, index_t n, double* z) {
   const double scale = spec.noise_alpha * spec.noise_sigma;
   double block[4];
   std::uint64_t loaded = ~std::uint64_t{0};
   for (index_t j = 0; j < n; ++j) {
-    const std::uint64_t e = element_index(row, n, j);
+    const std::uint64_t e = element_index(spec, row, n, j);
     if ((e >> 2) != loaded) {
       loaded = e >> 2;
       random::normals4(spec.seed, spec.layer, spec.step, loaded, block);

@@ -1,6 +1,7 @@
 // The Sinkhorn iteration of DESIGN section 1 in potentials: the plan is Pi_ij = exp(K_ij + f_i + g_j).
 // A row update makes every row sum to 1, a column update every column to m/n; the error after an
 // iteration is sum_j |colsum_j - m/n| / m, and the solve stops when it is below tol or after max_iters.
+// When ranks share the problem, m is the rows of all of them (RouteSpec::total_rows).
 // Backends differ in how they sweep the matrix (log domain, or scaled with absorption on the CPU) and in
 // the order they add the column sums in, never in these definitions.
 #pragma once
@@ -8,6 +9,7 @@
 #include <cmath>
 
 #include "ssr/detail/hd.hpp"
+#include "ssr/math/exact_sum.hpp"
 #include "ssr/math/numeric.hpp"
 #include "ssr/spec.hpp"
 
@@ -44,11 +46,24 @@ SSR_HD double next_column_potential(double g, double sum, const ColumnTarget& ta
   return clamp(g + (target.log_mass - std::log(sum)), -potential_bound<T>(), potential_bound<T>());
 }
 
-// The same where the sum underflowed: log(m/n) - logsumexp_i(K_ij + f_i), entry(i) = K_ij + f_i, so a
-// column nobody favours gets its share at once instead of creeping towards it.
+// The same update in the log domain: log(m/n) - lse with lse = logsumexp_i(K_ij + f_i), for a column whose
+// sum underflowed, so that a column nobody favours gets its share at once instead of creeping towards it.
+template <class T>
+SSR_HD double column_potential_from_lse(double lse, const ColumnTarget& target) {
+  return clamp(target.log_mass - lse, -potential_bound<T>(), potential_bound<T>());
+}
+
+// column_potential_from_lse over the column's m entries, entry(i) = K_ij + f_i.
 template <class T, class Entry>
 SSR_HD double recovered_column_potential(index_t m, const Entry& entry, const ColumnTarget& target) {
-  return clamp(target.log_mass - logsumexp(m, entry), -potential_bound<T>(), potential_bound<T>());
+  return column_potential_from_lse<T>(logsumexp(m, entry), target);
+}
+
+// Whether a column takes the log-domain update: its sum underflowed, or, when ranks share the problem,
+// it lies below what their exact sums resolve well (math/exact_sum.hpp).
+template <class T>
+SSR_HD bool takes_log_update(double sum, bool distributed) {
+  return column_underflowed<T>(sum) || (distributed && sum < exact_sum_floor);
 }
 
 // Column j's share of the marginal error, |colsum_j - m/n|; the error is the sum of the shares over m.
@@ -61,6 +76,11 @@ SSR_HD inline bool converged(double err, const SinkhornParams& params) { return 
 // After `iterations` iterations with error err: stop?
 SSR_HD inline bool stop(double err, int iterations, const SinkhornParams& params) {
   return converged(err, params) || iterations >= params.max_iters;
+}
+
+// The rows the plan's columns are balanced over: the whole problem's, or this call's (m) alone.
+SSR_HD inline index_t problem_rows(const RouteSpec& spec, index_t m) {
+  return spec.total_rows > 0 ? static_cast<index_t>(spec.total_rows) : m;
 }
 
 }  // namespace math

@@ -27,6 +27,7 @@ struct SoftmaxTopK {
     s.seed = ctx.seed;
     s.layer = ctx.layer;
     s.step = ctx.step;
+    s.first_row = ctx.first_row;
     return s;
   }
 };

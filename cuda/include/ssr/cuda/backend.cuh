@@ -26,6 +26,7 @@
 #include "ssr/cuda/softmax_topk.cuh"
 #include "ssr/cuda/tuning.cuh"
 #include "ssr/detail/workspace.hpp"
+#include "ssr/math/sinkhorn.hpp"
 #include "ssr/spec.hpp"
 #include "ssr/view.hpp"
 
@@ -55,16 +56,27 @@ class CudaBackend {
   // Bytes of the backend's own workspace: it only grows, so same-shaped calls allocate once.
   std::size_t held_workspace_bytes() const { return own_.bytes(); }
 
+  // Throws ssr::Error naming the first non-finite logit in row-major order: one 8-byte read-back, which
+  // waits for the stream.
+  template <class In>
+  void check_finite(ConstMatrixView<In> s, const options_type& options) {
+    detail::Carve flag_only;
+    flag_only.take<unsigned long long>(1);  // the first slot of every layout
+    detail::Carve c = detail::carve_workspace(options.workspace, flag_only.bytes(), own_workspace(options.stream));
+    cuda::check_finite(s, c.take<unsigned long long>(1), options.stream);
+  }
+
+  // Runs a resolved spec on options.stream; the Router checked the arguments (and their values, unless
+  // told not to).
   template <class In>
   RouteInfo route(const RouteSpec& spec, ConstMatrixView<In> s, const RouteOutputs<T>& out,
                   const options_type& options) {
     static_assert(reads_logits<In>, "ssr::CudaBackend<T>: logits must be T, or __half or __nv_bfloat16 for T = float");
     namespace alg = thrust_algorithms;
-    const index_t m = s.rows, n = s.cols;
+    const index_t m = s.rows, n = s.cols, rows = math::problem_rows(spec, m);
     const cudaStream_t stream = options.stream;
     detail::Carve c = detail::carve_workspace(options.workspace, workspace_bytes(spec, m, n), own_workspace(stream));
     const Layout b = layout(c, spec, m, n);
-    if (options.check_finite) cuda::check_finite(s, b.flag, stream);
     RouteInfo info = initial_info(spec);
     const auto exec = thrust::cuda::par_nosync.on(stream);
     if (m > 0 && spec.path == Path::softmax) {
@@ -73,16 +85,28 @@ class CudaBackend {
       } else {
         alg::softmax_topk(exec, spec, s, out);
       }
-    } else if (m > 0 && CudaTuning::sinkhorn_fits(n)) {
-      alg::sinkhorn_kernel(exec, spec, s, b.fused.logk, out.noise);
-      cuda::sinkhorn_solve(b.fused, m, n, spec.sinkhorn, stream);
-      alg::plan_topk(exec, spec, s, b.fused.logk, b.fused.g, out);
-      info.pending = b.fused.stats;
-    } else if (m > 0) {  // iterations queued with the decision on the device: no host round trip either
+    } else if (spec.path == Path::sinkhorn && rows > 0) {  // a rank without rows still joins the reductions
       alg::sinkhorn_kernel(exec, spec, s, b.wide.logk, out.noise);
-      alg::sinkhorn_iterate(exec, b.wide, m, n, spec.sinkhorn, /*host_decides=*/false);
-      alg::plan_topk(exec, spec, s, b.wide.logk, b.wide.g, out);
-      info.pending = &b.wide.state->stats;
+      if (!options.communicator && CudaTuning::sinkhorn_fits(n)) {
+        cuda::sinkhorn_solve(b.fused, m, n, spec.sinkhorn, stream);
+        alg::plan_topk(exec, spec, s, b.fused.logk, b.fused.g, out);
+        info.pending = b.fused.stats;
+      } else {  // the decision on the device; with ranks, read after each iteration (see docs/distributed.md)
+        const auto read = [stream](const thrust_kernels::SolveState* state) {
+          thrust_kernels::SolveState host{};
+          cuda::check(cudaMemcpyAsync(&host, state, sizeof host, cudaMemcpyDeviceToHost, stream), "read state");
+          cuda::check(cudaStreamSynchronize(stream), "read state");
+          return host;
+        };
+        const SolveStats stats = alg::sinkhorn_iterate(exec, b.wide, m, rows, n, spec.sinkhorn, options.communicator,
+                                                       stream, /*host_decides=*/false, read);
+        alg::plan_topk(exec, spec, s, b.wide.logk, b.wide.g, out);
+        if (options.communicator) {
+          info.set(stats);
+        } else {
+          info.pending = &b.wide.state->stats;
+        }
+      }
     }
     if (!out.load.empty()) {
       if (n <= CudaTuning::count_max_experts) {
@@ -119,10 +143,10 @@ class CudaBackend {
 
  private:
   struct Layout {
-    unsigned long long* flag;                    // the checks' result (first, so backward finds it too)
+    unsigned long long* flag;                    // the checks' result (first, so every layout has it there)
     std::int32_t* load_counts;                   // n > count_max_experts: the Thrust load count's blocks
-    cuda::SinkhornBuffers<T> fused;              // the fused solve's
-    thrust_algorithms::SinkhornBuffers<T> wide;  // the Thrust solve's (n too large for the fused one)
+    thrust_algorithms::SinkhornBuffers<T> wide;  // the Thrust solve's (n > 736, or ranks)
+    cuda::SinkhornBuffers<T> fused;              // the fused solve's, sharing the kernel and row potentials
   };
 
   static Layout layout(detail::Carve& c, const RouteSpec& spec, index_t m, index_t n) {
@@ -130,11 +154,8 @@ class CudaBackend {
     l.flag = c.take<unsigned long long>(1);
     if (n > CudaTuning::count_max_experts) l.load_counts = thrust_algorithms::load_layout(c, m, n);
     if (spec.path == Path::sinkhorn) {
-      if (CudaTuning::sinkhorn_fits(n)) {
-        l.fused = cuda::sinkhorn_layout<T>(c, m, n);
-      } else {
-        l.wide = thrust_algorithms::sinkhorn_layout<T>(c, m, n);
-      }
+      l.wide = thrust_algorithms::sinkhorn_layout<T>(c, m, n);
+      if (CudaTuning::sinkhorn_fits(n)) l.fused = cuda::sinkhorn_layout<T>(c, m, n, l.wide.logk, l.wide.f);
     }
     return l;
   }

@@ -39,11 +39,15 @@ struct SinkhornBuffers {
   SolveStats* stats;                 // where the solve reports
 };
 
+// Lays out the buffers of an m x n solve, the kernel and the row potentials at logk and f (m x n and m
+// elements, laid out by the caller) when given, else in c too.
 template <class T>
-SinkhornBuffers<T> sinkhorn_layout(ssr::detail::Carve& c, index_t m, index_t n) {
+SinkhornBuffers<T> sinkhorn_layout(ssr::detail::Carve& c, index_t m, index_t n, T* logk = nullptr,
+                                   double* f = nullptr) {
   SinkhornBuffers<T> b{};
-  b.logk = c.take<T>(static_cast<std::size_t>(m * n));
-  b.f = c.take<double>(static_cast<std::size_t>(m));
+  const bool own = logk == nullptr;
+  b.logk = own ? c.take<T>(static_cast<std::size_t>(m * n)) : logk;
+  b.f = own ? c.take<double>(static_cast<std::size_t>(m)) : f;
   b.g = c.take<double>(static_cast<std::size_t>(2 * n));
   b.partial = c.take<double>(static_cast<std::size_t>(CudaTuning::row_blocks(m, n) * n));
   b.colerr = c.take<double>(static_cast<std::size_t>(n));

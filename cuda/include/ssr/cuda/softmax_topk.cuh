@@ -54,7 +54,7 @@ __global__ void softmax_topk_kernel(ConstMatrixView<In> s, RouteSpec spec, Matri
       const Score v = load(in + j);
       return v == v ? v : -INFINITY;
     }
-    const double z = math::noise_value(spec, math::element_index(row, s.cols, j));
+    const double z = math::noise_value(spec, row, s.cols, j);
     if (noise.data) noise(row, j) = static_cast<T>(z);
     const double c = math::cost_value<T>(math::shifted_cost(spec.cost, ssr::detail::to_double(in[j]), shift), &z);
     return c == c ? c : -INFINITY;

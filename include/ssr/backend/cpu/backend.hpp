@@ -20,6 +20,7 @@
 #include "ssr/math/backward.hpp"
 #include "ssr/math/cost.hpp"
 #include "ssr/math/noise.hpp"
+#include "ssr/math/sinkhorn.hpp"
 #include "ssr/math/topk.hpp"
 #include "ssr/math/weights.hpp"
 #include "ssr/spec.hpp"
@@ -60,24 +61,51 @@ class CpuBackend {
   // Bytes of the backend's own workspace: it only grows, so same-shaped calls allocate once.
   std::size_t held_workspace_bytes() const { return own_.capacity(); }
 
-  // Runs a resolved spec; the Router validated the shapes.
+  // Runs a resolved spec; the Router checked the arguments (and their values, unless told not to).
   RouteInfo route(const RouteSpec& spec, ConstMatrixView<T> s, const RouteOutputs<T>& out,
                   const options_type& options) {
     const index_t m = s.rows, n = s.cols;
-    if (options.check_finite) check_finite(s);
     RouteInfo info = initial_info(spec);
-    if (m > 0) {
+    // A rank without rows still takes part in a distributed solve's reductions.
+    const bool solve = spec.path == Path::sinkhorn && math::problem_rows(spec, m) > 0;
+    if (m > 0 || solve) {
       detail::Carve c = detail::carve_workspace(options.workspace, workspace_bytes(spec, m, n),
                                                 [this](std::size_t needed) { return own_.reserve(needed); });
       const Layout buffers = layout(c, spec, m, n);
-      if (spec.path == Path::sinkhorn) {
-        cpu::Sinkhorn<T>::solve(buffers.sinkhorn, spec, s, out, info, threads_for(m * n));
+      if (solve) {
+        cpu::Sinkhorn<T>::solve(buffers.sinkhorn, spec, s, out, info, threads_for(m * n), options.communicator);
       } else {
         route_softmax(spec, s, out, buffers.xbuf);
       }
     }
     if (!out.load.empty()) count_load(out.experts, out.load);
     return info;
+  }
+
+  // Throws ssr::Error naming the first non-finite logit in row-major order.
+  void check_finite(ConstMatrixView<T> s, const options_type& /*options*/) const {
+    index_t first = std::numeric_limits<index_t>::max();
+    const index_t m = s.rows, n = s.cols;
+    detail::parallel(threads_for(m * n), [&] {
+      index_t mine = std::numeric_limits<index_t>::max();
+      SSR_OMP(for schedule(static) nowait)
+      for (index_t i = 0; i < m; ++i) {
+        const T* row = s.row(i);
+        // math::is_finite over the row at once: (x - x) sums to 0 exactly when every x is finite.
+        const Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>> r(row, 1, n);
+        if ((r - r).sum() == T(0)) continue;  // NOLINT(misc-redundant-expression): the test itself
+        for (index_t j = 0; j < n; ++j) {
+          if (!math::is_finite(row[j])) {
+            mine = std::min(mine, i * n + j);
+            break;
+          }
+        }
+      }
+      SSR_OMP(critical(ssr_check_finite))
+      first = std::min(first, mine);
+    });
+    if (first != std::numeric_limits<index_t>::max())
+      detail::fail_non_finite_logit(first / n, first % n, s(first / n, first % n));
   }
 
   // dL/dS from dL/dw (ssr/math/backward.hpp); the Router validated the shapes.
@@ -117,32 +145,6 @@ class CpuBackend {
       l.xbuf = c.take<double>(static_cast<std::size_t>(2 * n * nt));
     }
     return l;
-  }
-
-  // Throws ssr::Error naming the first non-finite logit in row-major order.
-  void check_finite(ConstMatrixView<T> s) const {
-    index_t first = std::numeric_limits<index_t>::max();
-    const index_t m = s.rows, n = s.cols;
-    detail::parallel(threads_for(m * n), [&] {
-      index_t mine = std::numeric_limits<index_t>::max();
-      SSR_OMP(for schedule(static) nowait)
-      for (index_t i = 0; i < m; ++i) {
-        const T* row = s.row(i);
-        // math::is_finite over the row at once: (x - x) sums to 0 exactly when every x is finite.
-        const Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>> r(row, 1, n);
-        if ((r - r).sum() == T(0)) continue;  // NOLINT(misc-redundant-expression): the test itself
-        for (index_t j = 0; j < n; ++j) {
-          if (!math::is_finite(row[j])) {
-            mine = std::min(mine, i * n + j);
-            break;
-          }
-        }
-      }
-      SSR_OMP(critical(ssr_check_finite))
-      first = std::min(first, mine);
-    });
-    if (first != std::numeric_limits<index_t>::max())
-      detail::fail_non_finite_logit(first / n, first % n, s(first / n, first % n));
   }
 
   // Throws ssr::Error at the first assignment whose expert is outside [0, n) or whose weight or gradient

@@ -7,7 +7,9 @@
 // both the error and the next g. One pass over Q.
 // Q <= 1 with a 1 in every row, and v stays within exp(+-bound): when some |g_j - h_j| grows past the
 // bound, h absorbs g and Q is recomputed (one exp pass). So r never overflows or underflows. A column
-// whose sum underflows takes math::recovered_column_potential.
+// whose sum underflows takes the log-domain update (math::column_potential_from_lse).
+// With a communicator, the column sums (and a log-domain column's maximum and sum) are reduced over the
+// ranks that share the problem, exactly (detail::sum_over_ranks), so every rank takes the same steps.
 // The setup builds K and Q row by row and makes the first pass on the way; the final plan, top-k and
 // weights are the last pass's t / r, from Q and v without exp, except for rows whose chosen experts' Q
 // underflowed, which are redone in the log domain.
@@ -16,9 +18,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "ssr/backend/cpu/simd.hpp"
 #include "ssr/backend/cpu/tuning.hpp"
+#include "ssr/call.hpp"
+#include "ssr/communicator.hpp"
+#include "ssr/detail/agreement.hpp"
 #include "ssr/detail/parallel.hpp"
 #include "ssr/detail/workspace.hpp"
 #include "ssr/math/noise.hpp"
@@ -44,6 +50,10 @@ class Sinkhorn {
   struct Buffers {
     T *logk, *q, *v, *gt, *ht, *partial, *scratch, *row_top, *row_sum;
     double *g, *colsum, *xbuf;
+    // Distributed solves: exact-sum limbs, and the log-domain columns' flags, maxima and sums.
+    std::int64_t* limbs;
+    std::int32_t* log_update;
+    double *column_max, *column_sum;
   };
 
   // Lays out the buffers of an m x n solve on nt threads.
@@ -64,11 +74,16 @@ class Sinkhorn {
     b.g = c.take<double>(static_cast<std::size_t>(n));
     b.colsum = c.take<double>(static_cast<std::size_t>(n));
     b.xbuf = c.take<double>(2 * npz * threads);
+    b.limbs = c.take<std::int64_t>(static_cast<std::size_t>(math::exact_limbs * n));
+    b.log_update = c.take<std::int32_t>(static_cast<std::size_t>(n));
+    b.column_max = c.take<double>(static_cast<std::size_t>(n));
+    b.column_sum = c.take<double>(static_cast<std::size_t>(n));
     return b;
   }
 
+  // comm: the ranks sharing the problem (spec.total_rows rows in all), or null.
   static void solve(const Buffers& b, const RouteSpec& spec, ConstMatrixView<T> s, const RouteOutputs<T>& out,
-                    RouteInfo& info, int nt) {
+                    RouteInfo& info, int nt, const Communicator<HostStream>* comm) {
     const index_t m = s.rows, n = s.cols, np = CpuTuning::padded(n);
     const index_t rows = CpuTuning::rows_per_block(n), blocks = CpuTuning::blocks(m, n);
     T *logk = b.logk, *q = b.q, *v = b.v, *gt = b.gt, *ht = b.ht, *partial = b.partial, *row_top = b.row_top,
@@ -80,7 +95,8 @@ class Sinkhorn {
     std::fill(v, v + n, T(1));
     std::fill(v + n, v + np, T(0));  // padding: t = Q * v is 0 there
 
-    const math::ColumnTarget target = math::column_target(m, n);
+    const index_t rows_total = math::problem_rows(spec, m);
+    const math::ColumnTarget target = math::column_target(rows_total, n);
     const T tiny = static_cast<T>(math::underflow_threshold<T>());
     bool done = false, absorb = false;
     int iterations = 0;
@@ -128,17 +144,21 @@ class Sinkhorn {
       };
 
       for (;;) {
-        SSR_OMP(single) {
+        // The calling thread (master) alone adds the sums and talks to other ranks, so MPI needs no more
+        // than MPI_THREAD_FUNNELED; the barrier after it is the one single would have had.
+        SSR_OMP(master) {
           ++iterations;
           std::fill(colsum, colsum + n, 0.0);
           for (index_t blk = 0; blk < blocks; ++blk)
             for (index_t j = 0; j < n; ++j) colsum[j] += partial[blk * n + j];
+          if (comm) detail::sum_over_ranks(*comm, HostStream{}, colsum, n, b.limbs);
           double error_sum = 0;
           for (index_t j = 0; j < n; ++j) error_sum += math::column_error(colsum[j], target);
-          err = math::marginal_error(error_sum, m);
+          err = math::marginal_error(error_sum, rows_total);
           done = math::stop(err, iterations, spec.sinkhorn);
-          if (!done) absorb = update_columns(b, m, n, target);
+          if (!done) absorb = update_columns(b, m, n, target, comm);
         }
+        SSR_OMP(barrier)
         if (done) break;
         if (absorb) {
           SSR_OMP(for schedule(static))
@@ -191,21 +211,17 @@ class Sinkhorn {
   }
 
  private:
-  // The next g (math::next_column_potential, or math::recovered_column_potential where a column sum
-  // underflowed); then gt and v follow. Returns true when h absorbed g, so Q must be recomputed.
-  static bool update_columns(const Buffers& b, index_t m, index_t n, const math::ColumnTarget& target) {
-    const index_t np = CpuTuning::padded(n);
+  // The next g (math::next_column_potential, or the log-domain update where math::takes_log_update);
+  // then gt and v follow. Returns true when h absorbed g, so Q must be recomputed.
+  static bool update_columns(const Buffers& b, index_t m, index_t n, const math::ColumnTarget& target,
+                             const Communicator<HostStream>* comm) {
+    bool any_log = false;
     for (index_t j = 0; j < n; ++j) {
-      if (!math::column_underflowed<T>(b.colsum[j])) {
-        b.g[j] = math::next_column_potential<T>(b.g[j], b.colsum[j], target);
-        continue;
-      }
-      const auto entry = [&](index_t i) {  // K_ij + f_i
-        return static_cast<double>(b.logk[i * np + j]) - static_cast<double>(b.row_top[i]) -
-               std::log(static_cast<double>(b.row_sum[i]));
-      };
-      b.g[j] = math::recovered_column_potential<T>(m, entry, target);
+      b.log_update[j] = math::takes_log_update<T>(b.colsum[j], comm != nullptr) ? 1 : 0;
+      any_log = any_log || b.log_update[j];
+      if (!b.log_update[j]) b.g[j] = math::next_column_potential<T>(b.g[j], b.colsum[j], target);
     }
+    if (any_log) log_domain_columns(b, m, n, target, comm);
     bool absorb = false;
     for (index_t j = 0; j < n; ++j) {
       b.gt[j] = static_cast<T>(b.g[j]);
@@ -216,6 +232,40 @@ class Sinkhorn {
     for (index_t j = 0; j < n; ++j)
       b.v[j] = static_cast<T>(std::exp(static_cast<double>(b.gt[j]) - static_cast<double>(b.ht[j])));
     return absorb;
+  }
+
+  // The log-domain update of the flagged columns, g_j from logsumexp_i(K_ij + f_i): over this call's rows,
+  // or over every rank's (the maxima, then the sums below them, reduced exactly). Every rank flags the same
+  // columns, as their sums are the same bits.
+  static void log_domain_columns(const Buffers& b, index_t m, index_t n, const math::ColumnTarget& target,
+                                 const Communicator<HostStream>* comm) {
+    const index_t np = CpuTuning::padded(n);
+    const auto entry = [&](index_t i, index_t j) {  // K_ij + f_i
+      return static_cast<double>(b.logk[i * np + j]) - static_cast<double>(b.row_top[i]) -
+             std::log(static_cast<double>(b.row_sum[i]));
+    };
+    if (!comm) {
+      for (index_t j = 0; j < n; ++j)
+        if (b.log_update[j])
+          b.g[j] = math::recovered_column_potential<T>(
+              m, [&](index_t i) { return entry(i, j); }, target);
+      return;
+    }
+    for (index_t j = 0; j < n; ++j) {
+      b.column_max[j] = -std::numeric_limits<double>::infinity();
+      if (b.log_update[j])
+        for (index_t i = 0; i < m; ++i) b.column_max[j] = std::max(b.column_max[j], entry(i, j));
+    }
+    comm->max(b.column_max, static_cast<std::size_t>(n), HostStream{});
+    for (index_t j = 0; j < n; ++j) {
+      b.column_sum[j] = 0;
+      if (b.log_update[j])
+        for (index_t i = 0; i < m; ++i) b.column_sum[j] += std::exp(entry(i, j) - b.column_max[j]);
+    }
+    detail::sum_over_ranks(*comm, HostStream{}, b.column_sum, n, b.limbs);
+    for (index_t j = 0; j < n; ++j)
+      if (b.log_update[j])
+        b.g[j] = math::column_potential_from_lse<T>(b.column_max[j] + std::log(b.column_sum[j]), target);
   }
 };
 

@@ -1,6 +1,6 @@
 // The Thrust backend's algorithms: each a sequence of thrust::for_each over work items, on any execution
 // policy (thrust::device for ThrustBackend, a CUDA stream for CudaBackend's paths without a fused kernel),
-// on buffers laid out in the call's workspace.
+// on buffers laid out in the call's workspace; the Sinkhorn iteration also for a problem shared by ranks.
 #pragma once
 
 #include <thrust/copy.h>
@@ -17,7 +17,9 @@
 #include "ssr/backend/thrust/scan_kernels.hpp"
 #include "ssr/backend/thrust/sinkhorn_kernels.hpp"
 #include "ssr/backend/thrust/tuning.hpp"
+#include "ssr/communicator.hpp"
 #include "ssr/detail/workspace.hpp"
+#include "ssr/math/exact_sum.hpp"
 #include "ssr/spec.hpp"
 #include "ssr/view.hpp"
 
@@ -45,17 +47,23 @@ struct SinkhornBuffers {
   T* logk;                            // m x n kernel
   double *f, *g, *partial, *colsum;   // m, n, blocks x n, n
   thrust_kernels::SolveState* state;  // one
+  std::int64_t* limbs;                // exact sums over ranks: exact_limbs x n
+  double *column_max, *column_sum;    // log-domain columns of a distributed solve: n, n
 };
 
 template <class T>
 SinkhornBuffers<T> sinkhorn_layout(detail::Carve& c, index_t m, index_t n) {
+  const auto cols = static_cast<std::size_t>(n);
   SinkhornBuffers<T> b{};
   b.logk = c.take<T>(static_cast<std::size_t>(m * n));
   b.f = c.take<double>(static_cast<std::size_t>(m));
-  b.g = c.take<double>(static_cast<std::size_t>(n));
-  b.partial = c.take<double>(static_cast<std::size_t>(ThrustTuning::blocks(m) * n));
-  b.colsum = c.take<double>(static_cast<std::size_t>(n));
+  b.g = c.take<double>(cols);
+  b.partial = c.take<double>(static_cast<std::size_t>(ThrustTuning::blocks(m)) * cols);
+  b.colsum = c.take<double>(cols);
   b.state = c.take<thrust_kernels::SolveState>(1);
+  b.limbs = c.take<std::int64_t>(math::exact_limbs * cols);
+  b.column_max = c.take<double>(cols);
+  b.column_sum = c.take<double>(cols);
   return b;
 }
 
@@ -75,26 +83,45 @@ void sinkhorn_kernel(const Exec& exec, const RouteSpec& spec, ConstMatrixView<In
   for_each_index(exec, s.rows, thrust_kernels::KernelRow<In, T>{spec, s, logk, noise});
 }
 
-// Iterates from g = 0 until the device decides to stop. host_decides: reads the decision after each
-// iteration and stops there (free on a host system); otherwise queues max_iters iterations without
-// waiting, those after the decision doing nothing. Returns the statistics when host_decides.
-template <class Exec, class T>
-SolveStats sinkhorn_iterate(const Exec& exec, const SinkhornBuffers<T>& b, index_t m, index_t n,
-                            const SinkhornParams& params, bool host_decides) {
+// Iterates from g = 0 until the device decides to stop. host_decides: reads the decision (read_state)
+// after each iteration and stops there; otherwise queues max_iters iterations without waiting, those
+// after the decision doing nothing. With comm, the problem's `rows` are shared by ranks: the column sums
+// (and the log-domain columns' maxima and sums) are reduced over them exactly, on `stream`, and the host
+// must decide, so that every rank makes the same reductions. Returns the statistics when host_decides.
+template <class Exec, class T, class Stream, class ReadState>
+SolveStats sinkhorn_iterate(const Exec& exec, const SinkhornBuffers<T>& b, index_t m, index_t rows, index_t n,
+                            const SinkhornParams& params, const Communicator<Stream>* comm, Stream stream,
+                            bool host_decides, const ReadState& read_state) {
   namespace kernels = thrust_kernels;
   const index_t blocks = ThrustTuning::blocks(m);
+  const bool distributed = comm != nullptr;
+  host_decides = host_decides || distributed;
+  const auto sum_over_ranks = [&](double* values) {  // NOLINT(readability-non-const-parameter): FromExact writes
+    for_each_index(exec, n, kernels::ToExact{values, b.limbs});
+    comm->sum(b.limbs, static_cast<std::size_t>(math::exact_limbs * n), stream);
+    for_each_index(exec, n, kernels::FromExact{b.limbs, values});
+  };
   thrust::fill(exec, b.g, b.g + n, 0.0);
-  thrust::fill(exec, b.state, b.state + 1, kernels::SolveState{SolveStats{0, 0, 0.0}, 0});
+  thrust::fill(exec, b.state, b.state + 1, kernels::SolveState{});
   kernels::SolveState host{};
   for (int it = 0; it < params.max_iters; ++it) {
     for_each_index(exec, blocks, kernels::SinkhornBlock<T>{b.logk, b.g, b.f, b.partial, b.state, m, n});
     for_each_index(exec, n, kernels::ColumnSum{b.partial, b.colsum, b.state, n, blocks});
-    for_each_index(exec, 1, kernels::Decide{b.colsum, b.state, params, m, n});
+    if (distributed) sum_over_ranks(b.colsum);
+    for_each_index(exec, 1, kernels::Decide<T>{b.colsum, b.state, params, rows, n, distributed});
     if (host_decides) {
-      host = read_value(b.state);
+      host = read_state(b.state);
       if (host.done) break;
     }
-    for_each_index(exec, n, kernels::ColumnUpdate<T>{b.logk, b.f, b.colsum, b.g, b.state, m, n});
+    if (host.log_columns > 0) {  // the same columns on every rank: their sums are the same bits
+      const kernels::LogColumns<T> columns{b.logk, b.f, b.colsum, b.column_max, b.column_sum, b.g, m, rows, n};
+      for_each_index(exec, n, kernels::LogColumnMax<T>{columns});
+      comm->max(b.column_max, static_cast<std::size_t>(n), stream);
+      for_each_index(exec, n, kernels::LogColumnSum<T>{columns});
+      sum_over_ranks(b.column_sum);
+      for_each_index(exec, n, kernels::LogColumnUpdate<T>{columns});
+    }
+    for_each_index(exec, n, kernels::ColumnUpdate<T>{b.logk, b.f, b.colsum, b.g, b.state, m, rows, n, distributed});
   }
   return host.stats;
 }

@@ -17,6 +17,7 @@
 #include "ssr/backend/thrust/algorithms.hpp"
 #include "ssr/call.hpp"
 #include "ssr/detail/workspace.hpp"
+#include "ssr/math/sinkhorn.hpp"
 #include "ssr/spec.hpp"
 #include "ssr/validate.hpp"
 #include "ssr/view.hpp"
@@ -59,23 +60,30 @@ class ThrustBackend {
   // Bytes of the backend's own workspace: it only grows, so same-shaped calls allocate once.
   std::size_t held_workspace_bytes() const { return own_.size(); }
 
+  // Throws ssr::Error naming the first non-finite logit in row-major order.
+  void check_finite(ConstMatrixView<T> s, const options_type& /*options*/) const {
+    namespace alg = thrust_algorithms;
+    const index_t first = alg::first_non_finite(thrust::device, s);
+    if (first != std::numeric_limits<index_t>::max())
+      detail::fail_non_finite_logit(first / s.cols, first % s.cols,
+                                    alg::read_value(&s(first / s.cols, first % s.cols)));
+  }
+
+  // Runs a resolved spec; the Router checked the arguments (and their values, unless told not to).
   RouteInfo route(const RouteSpec& spec, ConstMatrixView<T> s, const RouteOutputs<T>& out,
                   const options_type& options) {
     namespace alg = thrust_algorithms;
-    const index_t m = s.rows, n = s.cols;
-    if (options.check_finite && m > 0) {
-      const index_t first = alg::first_non_finite(thrust::device, s);
-      if (first != std::numeric_limits<index_t>::max())
-        detail::fail_non_finite_logit(first / n, first % n, alg::read_value(&s(first / n, first % n)));
-    }
+    const index_t m = s.rows, n = s.cols, rows = math::problem_rows(spec, m);
     RouteInfo info = initial_info(spec);
     detail::Carve c = detail::carve_workspace(options.workspace, workspace_bytes(spec, m, n), own_workspace());
     const Layout b = layout(c, spec, m, n);
     if (m > 0 && spec.path == Path::softmax) {
       alg::softmax_topk(thrust::device, spec, s, out);
-    } else if (m > 0) {
+    } else if (spec.path == Path::sinkhorn && rows > 0) {  // a rank without rows still joins the reductions
       alg::sinkhorn_kernel(thrust::device, spec, s, b.sinkhorn.logk, out.noise);
-      info.set(alg::sinkhorn_iterate(thrust::device, b.sinkhorn, m, n, spec.sinkhorn, /*host_decides=*/true));
+      const auto read = [](const thrust_kernels::SolveState* state) { return alg::read_value(state); };
+      info.set(alg::sinkhorn_iterate(thrust::device, b.sinkhorn, m, rows, n, spec.sinkhorn, options.communicator,
+                                     HostStream{}, /*host_decides=*/true, read));
       alg::plan_topk(thrust::device, spec, s, b.sinkhorn.logk, b.sinkhorn.g, out);
     }
     if (!out.load.empty()) alg::count_load(thrust::device, out.experts, out.load, b.load_counts);

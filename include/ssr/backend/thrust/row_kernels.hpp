@@ -33,7 +33,7 @@ struct RowCost {
         n(n_),
         row(row_),
         shift(math::cost_shift(n_, spec_.cost, [s_](index_t j) { return detail::to_double(s_[j]); })) {}
-  SSR_HD double noise(index_t j) const { return math::noise_value(spec, math::element_index(row, n, j)); }
+  SSR_HD double noise(index_t j) const { return math::noise_value(spec, row, n, j); }
   SSR_HD double operator()(index_t j) const {
     const double z = spec.noisy() ? noise(j) : 0.0;
     return math::cost_value<T>(math::shifted_cost(spec.cost, detail::to_double(s[j]), shift),
