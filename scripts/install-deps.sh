@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs the Debian packages ssr builds, tests and benchmarks with. Safe to run again.
-# --torch adds libtorch and Debian's PyTorch, for the PyTorch operators (-DSSR_BUILD_TORCH=ON);
-# --lint adds clang-format and clang-tidy (-DSSR_LINT=ON); --mpi adds Open MPI (-DSSR_ENABLE_MPI=ON).
+# --python adds Python's venv and headers, for the PyTorch package (scripts/python-env.sh installs torch
+# from PyPI into .venv); --lint adds clang-format and clang-tidy (-DSSR_LINT=ON); --mpi adds Open MPI
+# (-DSSR_ENABLE_MPI=ON).
 set -euo pipefail
 packages=(cmake ninja-build g++ libeigen3-dev xtensor-dev catch2 librandom123-dev libbenchmark-dev)
 for option in "$@"; do
   case "$option" in
-    --torch) packages+=(libtorch-dev python3-torch) ;;
+    --python) packages+=(python3-venv python3-dev) ;;
     --lint) packages+=(clang-format clang-tidy) ;;
     --mpi) packages+=(libopenmpi-dev openmpi-bin) ;;
     *) echo "install-deps.sh: unknown option $option" >&2; exit 2 ;;

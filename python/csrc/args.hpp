@@ -1,0 +1,58 @@
+// The operators' arguments as the library's types: the named router (ssr::make_policy), the context,
+// and the checks every kernel makes, written once for the CPU and CUDA kernels.
+#pragma once
+
+#include <ssr/named.hpp>
+#include <ssr/spec.hpp>
+#include <torch/library.h>
+
+#include <cstdint>
+#include <string>
+
+namespace ssr_torch {
+
+// The router arguments of ssr::route, as the library's named router.
+struct RouteArgs {
+  std::string policy;
+  int64_t k;
+  std::string cost;
+  double xi, tol;
+  int64_t max_iters;
+  std::string weights;
+  double p, noise_alpha, noise_sigma;
+  int64_t seed, step, layer;
+  bool training;
+  int64_t first_row;
+
+  ssr::SSRPolicy policy_value() const {
+    TORCH_CHECK(max_iters >= 1 && max_iters <= INT32_MAX, "ssr.route: invalid max_iters = ", max_iters,
+                ": must be in [1, 2^31)");
+    TORCH_CHECK(k >= 1 && k <= INT32_MAX, "ssr.route: invalid k = ", k, ": must be at least 1");
+    ssr::RouterConfig config;
+    config.router = policy;
+    config.k = static_cast<int>(k);
+    config.cost = ssr::parse_cost(cost);
+    config.sinkhorn = {xi, tol, static_cast<int>(max_iters)};
+    config.weights = ssr::parse_weights(weights);
+    config.p = p;
+    config.noise_alpha = noise_alpha;
+    config.noise_sigma = noise_sigma;
+    return ssr::make_policy(config);
+  }
+
+  ssr::Context context() const {
+    TORCH_CHECK(seed >= 0 && seed <= 0xffffffffLL, "ssr.route: invalid seed = ", seed, ": must be in [0, 2^32)");
+    TORCH_CHECK(layer >= 0 && layer <= 0xffffffffLL, "ssr.route: invalid layer = ", layer, ": must be in [0, 2^32)");
+    TORCH_CHECK(step >= 0, "ssr.route: invalid step = ", step, ": must be >= 0");
+    TORCH_CHECK(first_row >= 0, "ssr.route: invalid first_row = ", first_row, ": must be >= 0");
+    ssr::Context ctx = training ? ssr::Context::train(static_cast<std::uint64_t>(step), static_cast<std::uint32_t>(layer),
+                                                      static_cast<std::uint32_t>(seed))
+                                : ssr::Context::eval();
+    return ctx.at_row(static_cast<std::uint64_t>(first_row));
+  }
+};
+
+// The info tensor: [took the Sinkhorn path, weights pass gradient, iterations, marginal error].
+constexpr int64_t info_size = 4;
+
+}  // namespace ssr_torch

@@ -1,0 +1,111 @@
+// The operators torch.ops.ssr.route and torch.ops.ssr.route_backward: their schema, and their CPU kernels
+// (the CUDA kernels are in ops_cuda.cu). Fake kernels and autograd are registered in Python
+// (ssr_torch/_ops.py), so one registration serves every device and torch.compile.
+#include <Python.h>
+#include <ATen/Parallel.h>
+#include <ssr/router.hpp>
+#include <torch/library.h>
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+
+#include "args.hpp"
+
+// An empty Python module _C: importing it loads this library, whose static initialisers register the ops.
+extern "C" PyObject* PyInit__C() {
+  static PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr, nullptr, nullptr, nullptr, nullptr};
+  return PyModule_Create(&module);
+}
+
+namespace ssr_torch {
+namespace {
+
+using torch::Tensor;
+
+template <class T>
+std::tuple<Tensor, Tensor, Tensor, Tensor> route_on_cpu(const Tensor& logits, const RouteArgs& a) {
+  const Tensor s = logits.contiguous();
+  const int64_t m = s.size(0), n = s.size(1), k = a.k;
+  ssr::Router<ssr::SSRPolicy, ssr::CpuBackend<T>> router(a.policy_value(), ssr::CpuBackend<T>(at::get_num_threads()));
+  const ssr::Context ctx = a.context();
+  Tensor experts = torch::empty({m, k}, s.options().dtype(torch::kInt32));
+  Tensor weights = torch::empty({m, k}, s.options());
+  Tensor load = torch::empty({n}, s.options().dtype(torch::kInt32));
+  Tensor workspace = torch::empty({static_cast<int64_t>(router.workspace_bytes(m, n, ctx))}, s.options().dtype(torch::kUInt8));
+  const ssr::RouteInfo info = router.route(
+      {s.data_ptr<T>(), m, n}, ctx,
+      {{experts.data_ptr<int32_t>(), m, k}, {weights.data_ptr<T>(), m, k}, {load.data_ptr<int32_t>(), n}},
+      ssr::CallOptions<ssr::HostStream>{}.using_workspace({workspace.data_ptr(), static_cast<std::size_t>(workspace.numel())}));
+  Tensor summary = torch::tensor({info.path == ssr::Path::sinkhorn ? 1.0 : 0.0, info.weights == ssr::Weights::scores ? 1.0 : 0.0,
+                                  static_cast<double>(info.iterations), info.marginal_error},
+                                 s.options().dtype(torch::kFloat64));
+  return {experts, weights, load, summary};
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor> route_cpu(const Tensor& logits, std::string policy, int64_t k, std::string cost,
+                                                     double xi, double tol, int64_t max_iters, std::string weights, double p,
+                                                     double noise_alpha, double noise_sigma, int64_t seed, int64_t step,
+                                                     int64_t layer, bool training, int64_t first_row) {
+  TORCH_CHECK(logits.dim() == 2, "ssr.route: logits must be 2-d (tokens x experts), got ", logits.dim(), " dimensions");
+  TORCH_CHECK(logits.scalar_type() == torch::kFloat32 || logits.scalar_type() == torch::kFloat64,
+              "ssr.route: logits on the CPU must be float32 or float64, got ", logits.scalar_type());
+  const RouteArgs a{std::move(policy), k,     std::move(cost), xi,   tol,  max_iters, std::move(weights), p,
+                    noise_alpha,       noise_sigma, seed,       step, layer, training,  first_row};
+  try {
+    return logits.scalar_type() == torch::kFloat64 ? route_on_cpu<double>(logits, a) : route_on_cpu<float>(logits, a);
+  } catch (const ssr::Error& e) {
+    TORCH_CHECK(false, e.what());
+  }
+}
+
+template <class T>
+void backward_on_cpu(const Tensor& g, const Tensor& e, const Tensor& w, Tensor& grad, bool passes) {
+  const int64_t m = e.size(0), k = e.size(1), n = grad.size(1);
+  ssr::RouteInfo info;
+  info.weights = passes ? ssr::Weights::scores : ssr::Weights::plan;
+  ssr::CpuBackend<T> backend(at::get_num_threads());  // backward needs the backend and the info only
+  ssr::backward(backend, info, {e.data_ptr<int32_t>(), m, k}, {w.data_ptr<T>(), m, k}, {g.data_ptr<T>(), m, k},
+                {grad.data_ptr<T>(), m, n});
+}
+
+Tensor route_backward_cpu(const Tensor& grad_weights, const Tensor& experts, const Tensor& weights, int64_t n,
+                          bool passes_gradient, const c10::optional<Tensor>& info) {
+  TORCH_CHECK(weights.dim() == 2 && experts.dim() == 2, "ssr.route_backward: experts and weights must be 2-d");
+  const Tensor g = grad_weights.contiguous().to(weights.scalar_type()), e = experts.contiguous(), w = weights.contiguous();
+  // With info (the forward's), its flag says whether the weights pass gradient.
+  const bool passes = passes_gradient && (!info.has_value() || info->index({1}).item<double>() != 0.0);
+  Tensor grad = torch::empty({e.size(0), n}, w.options());
+  try {
+    if (w.scalar_type() == torch::kFloat64) {
+      backward_on_cpu<double>(g, e, w, grad, passes);
+    } else {
+      TORCH_CHECK(w.scalar_type() == torch::kFloat32, "ssr.route_backward: weights must be float32 or float64");
+      backward_on_cpu<float>(g, e, w, grad, passes);
+    }
+  } catch (const ssr::Error& err) {
+    TORCH_CHECK(false, err.what());
+  }
+  return grad;
+}
+
+}  // namespace
+}  // namespace ssr_torch
+
+// New arguments go at the end with defaults, so that existing calls keep working.
+TORCH_LIBRARY(ssr, m) {
+  m.def(
+      "route(Tensor logits, str policy='selective', int k=2, str cost='linear', float xi=0.5, float tol=1e-4, "
+      "int max_iters=100, str weights='plan', float p=1e-3, float noise_alpha=0., float noise_sigma=1., int seed=0, "
+      "int step=0, int layer=0, bool training=True, int first_row=0) "
+      "-> (Tensor experts, Tensor weights, Tensor load, Tensor info)");
+  m.def(
+      "route_backward(Tensor grad_weights, Tensor experts, Tensor weights, int n, bool passes_gradient, "
+      "Tensor? info=None) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(ssr, CPU, m) {
+  m.impl("route", &ssr_torch::route_cpu);
+  m.impl("route_backward", &ssr_torch::route_backward_cpu);
+}

@@ -1,0 +1,15 @@
+"""ssr for PyTorch: Selective Sinkhorn Routing operators, a Router module and the balancing losses.
+
+``import ssr_torch`` registers ``torch.ops.ssr.route`` and ``torch.ops.ssr.route_backward`` (CPU kernels,
+and CUDA kernels when built with CUDA), their fake kernels for ``torch.compile`` and their autograd.
+"""
+import torch  # loads libtorch before the operators' library
+
+from . import _C  # noqa: F401  registers the operators
+from . import _ops  # noqa: F401  fake kernels and autograd
+from ._ops import route
+from ._version import __version__
+from .losses import load_balancing_loss, z_loss
+from .router import ROUTERS, Router
+
+__all__ = ["Router", "ROUTERS", "route", "load_balancing_loss", "z_loss", "__version__"]

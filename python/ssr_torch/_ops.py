@@ -1,0 +1,50 @@
+"""The operators' fake kernels (shapes and dtypes, for torch.compile and meta tensors), their autograd, and
+``route``, the operator with keyword arguments."""
+import torch
+
+
+def _weights_dtype(logits):
+    # Weights are computed and returned in float32 for half and bfloat16 logits.
+    return logits.dtype if logits.dtype in (torch.float32, torch.float64) else torch.float32
+
+
+@torch.library.register_fake("ssr::route")
+def _route_fake(logits, policy="selective", k=2, cost="linear", xi=0.5, tol=1e-4, max_iters=100, weights="plan",
+                p=1e-3, noise_alpha=0.0, noise_sigma=1.0, seed=0, step=0, layer=0, training=True, first_row=0):
+    torch._check(logits.dim() == 2, lambda: f"ssr.route: logits must be 2-d, got {logits.dim()} dimensions")
+    m, n = logits.shape
+    return (logits.new_empty((m, k), dtype=torch.int32), logits.new_empty((m, k), dtype=_weights_dtype(logits)),
+            logits.new_empty((n,), dtype=torch.int32), logits.new_empty((4,), dtype=torch.float64))
+
+
+@torch.library.register_fake("ssr::route_backward")
+def _route_backward_fake(grad_weights, experts, weights, n, passes_gradient, info=None):
+    return weights.new_empty((experts.shape[0], n))
+
+
+def _setup_context(ctx, inputs, output):
+    experts, weights, load, info = output
+    ctx.save_for_backward(experts, weights, info)
+    ctx.n = inputs[0].shape[1]
+    ctx.logits_dtype = inputs[0].dtype
+    ctx.mark_non_differentiable(experts, load, info)
+
+
+def _backward(ctx, grad_experts, grad_weights, grad_load, grad_info):
+    experts, weights, info = ctx.saved_tensors
+    if grad_weights is None:
+        grad_weights = torch.zeros_like(weights)
+    # info[1] (on the logits' device) says whether the weights pass gradient: plan weights do not.
+    grad = torch.ops.ssr.route_backward(grad_weights, experts, weights, ctx.n, True, info)
+    return (grad.to(ctx.logits_dtype),) + (None,) * 15
+
+
+torch.library.register_autograd("ssr::route", _backward, setup_context=_setup_context)
+
+
+def route(logits, policy="selective", k=2, cost="linear", xi=0.5, tol=1e-4, max_iters=100, weights="plan", p=1e-3,
+          noise_alpha=0.0, noise_sigma=1.0, seed=0, step=0, layer=0, training=True, first_row=0):
+    """Routes logits (m x n): returns experts (m x k, int32), weights (m x k), load (n, int32) and info
+    [took Sinkhorn, weights pass gradient, iterations, marginal error] (float64). See ssr-route's options."""
+    return torch.ops.ssr.route(logits, policy, k, cost, xi, tol, max_iters, weights, p, noise_alpha, noise_sigma, seed,
+                               step, layer, training, first_row)

@@ -1,0 +1,65 @@
+"""ssr_torch.Router: an nn.Module that routes gating logits with any of the library's routers by name."""
+import torch
+
+from ._ops import route
+
+# The library's routers (ssr::make_policy): softmax top-k; Sinkhorn top-k on every training call; SSR,
+# Sinkhorn with probability p per training call. Evaluation always routes by softmax top-k.
+ROUTERS = ("softmax", "sinkhorn", "ssr")
+_COSTS = ("linear", "softmax")
+_WEIGHTS = ("plan", "scores")
+
+
+class Router(torch.nn.Module):
+    """Routes m x n gating logits to k experts per token: forward(logits) -> (experts, weights).
+
+    Options and defaults are ssr-route's (the paper's): router "ssr" with p = 1e-3, k = 2, linear cost,
+    xi = 0.5, tol = 1e-4, max_iters = 100, plan weights (the Sinkhorn path passes no gradient to the
+    logits; "scores" passes the softmax gradient), no noise. In training each call draws its random
+    numbers from (seed, layer, step): `step` counts the training calls unless forward is given one.
+    After a call, `load` holds the tokens per expert and `info` [took Sinkhorn, weights pass gradient,
+    iterations, marginal error].
+    """
+
+    def __init__(self, router="ssr", k=2, cost="linear", xi=0.5, tol=1e-4, max_iters=100, weights="plan", p=1e-3,
+                 noise_alpha=0.0, noise_sigma=1.0, seed=0, layer=0):
+        super().__init__()
+        _choose("router", router, ROUTERS + ("selective",))
+        _choose("cost", cost, _COSTS)
+        _choose("weights", weights, _WEIGHTS)
+        for name, value, ok, rule in (("k", k, k >= 1, "must be at least 1"),
+                                      ("xi", xi, xi > 0, "must be > 0"), ("tol", tol, tol > 0, "must be > 0"),
+                                      ("max_iters", max_iters, max_iters >= 1, "must be at least 1"),
+                                      ("p", p, 0 <= p <= 1, "must be in [0, 1]"),
+                                      ("noise_alpha", noise_alpha, noise_alpha >= 0, "must be >= 0"),
+                                      ("noise_sigma", noise_sigma, noise_sigma > 0, "must be > 0"),
+                                      ("seed", seed, 0 <= seed < 2 ** 32, "must be in [0, 2^32)"),
+                                      ("layer", layer, 0 <= layer < 2 ** 32, "must be in [0, 2^32)")):
+            if not ok:
+                raise ValueError(f"ssr_torch.Router: invalid {name} = {value}: {rule}")
+        self.router, self.k, self.cost, self.weights = router, int(k), cost, weights
+        self.xi, self.tol, self.max_iters, self.p = float(xi), float(tol), int(max_iters), float(p)
+        self.noise_alpha, self.noise_sigma = float(noise_alpha), float(noise_sigma)
+        self.seed, self.layer = int(seed), int(layer)
+        self.step = 0
+        self.load = None
+        self.info = None
+
+    def forward(self, logits, step=None):
+        call_step = self.step if step is None else step
+        experts, weights, load, info = route(logits, self.router, self.k, self.cost, self.xi, self.tol, self.max_iters,
+                                             self.weights, self.p, self.noise_alpha, self.noise_sigma, self.seed,
+                                             call_step, self.layer, self.training)
+        if self.training and step is None:
+            self.step += 1
+        self.load, self.info = load, info
+        return experts, weights
+
+    def extra_repr(self):
+        return (f"router={self.router!r}, k={self.k}, cost={self.cost!r}, xi={self.xi}, weights={self.weights!r}, "
+                f"p={self.p}, noise_alpha={self.noise_alpha}, layer={self.layer}")
+
+
+def _choose(name, value, choices):
+    if value not in choices:
+        raise ValueError(f"ssr_torch.Router: invalid {name} = {value!r}: must be one of {', '.join(choices)}")

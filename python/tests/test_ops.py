@@ -1,0 +1,105 @@
+"""torch.ops.ssr against plain PyTorch implementations of the same routers: values, gradients, opcheck,
+and errors that name the argument."""
+import pytest
+import torch
+
+from conftest import make_logits, plain_sinkhorn
+
+route = torch.ops.ssr.route
+
+
+def test_softmax_topk_matches_plain_pytorch():
+    s = make_logits(300, 16, 1)
+    experts, weights, load, info = route(s, "softmax", 3)
+    vals, idx = torch.topk(s, 3, dim=1)
+    assert torch.equal(experts.long(), idx)
+    torch.testing.assert_close(weights, torch.softmax(vals, dim=1), rtol=1e-12, atol=1e-12)
+    assert torch.equal(load.long(), torch.bincount(idx.flatten(), minlength=16))
+    assert info[0].item() == 0.0 and info[1].item() == 1.0
+
+
+@pytest.mark.parametrize("cost", ["linear", "softmax"])
+def test_sinkhorn_plan_weights_match_plain_pytorch(cost):
+    s = make_logits(400, 8, 2)
+    c = s if cost == "linear" else torch.softmax(s, dim=1)
+    plan = plain_sinkhorn(c, 0.5, 1e-11, 100000)
+    experts, weights, _, info = route(s, "sinkhorn", 2, cost, 0.5, 1e-11, 100000, "plan")
+    ref = plan.gather(1, experts.long())
+    torch.testing.assert_close(weights, ref / ref.sum(1, keepdim=True), rtol=1e-8, atol=1e-9)
+    assert torch.equal(experts.long(), torch.topk(plan, 2, dim=1).indices)
+    assert info[0].item() == 1.0 and info[1].item() == 0.0
+    assert info[3].item() < 1e-11
+
+
+def test_softmax_gradient_matches_autograd_of_plain_pytorch():
+    s = make_logits(50, 8, 3).requires_grad_()
+    g = torch.randn(50, 2, dtype=torch.float64)
+    experts, weights, _, _ = route(s, "softmax", 2)
+    (weights * g).sum().backward()
+    s2 = s.detach().clone().requires_grad_()
+    (torch.softmax(s2.gather(1, experts.long()), dim=1) * g).sum().backward()
+    torch.testing.assert_close(s.grad, s2.grad, rtol=1e-12, atol=1e-12)
+
+
+def test_gradcheck_in_double():
+    s = make_logits(20, 6, 4).requires_grad_()
+    assert torch.autograd.gradcheck(lambda x: route(x, "softmax", 2)[1], (s,))
+    assert torch.autograd.gradcheck(lambda x: route(x, "sinkhorn", 2, "linear", 0.5, 1e-12, 10000, "scores")[1], (s,))
+
+
+def test_plan_weights_pass_no_gradient():
+    s = make_logits(40, 8, 5).requires_grad_()
+    _, weights, _, _ = route(s, "sinkhorn", 2)
+    weights.sum().backward()
+    assert s.grad.abs().max().item() == 0.0
+
+
+# opcheck's AOT dispatch test adds up every output starting with the first, here int32 experts, and then
+# cannot add the float weights to that integer sum: route is checked by its other tests, and the compiled
+# MoE layer of test_router.py runs it through AOT autograd.
+ROUTE_CHECKS = ("test_schema", "test_autograd_registration", "test_faketensor")
+
+
+@pytest.mark.parametrize("policy", ["softmax", "sinkhorn", "selective", "ssr"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_opcheck(policy, dtype):
+    s = make_logits(64, 8, 6, dtype=dtype).requires_grad_()
+    torch.library.opcheck(torch.ops.ssr.route.default, (s, policy, 2, "linear", 0.5, 1e-4, 100, "scores", 0.5),
+                          test_utils=ROUTE_CHECKS)
+    experts, weights, _, info = route(s.detach(), policy, 2, weights="scores", p=0.5)
+    g = torch.randn_like(weights)
+    torch.library.opcheck(torch.ops.ssr.route_backward.default, (g, experts, weights, 8, True, info))
+
+
+def test_float32_weights_and_first_row():
+    experts, weights, _, _ = route(make_logits(10, 4, 6, dtype=torch.float32), "softmax", 2)
+    assert weights.dtype == torch.float32
+    # A shard starting at global row r draws the noise of rows r, r + 1, ... of the whole matrix.
+    s = make_logits(100, 8, 7)
+    whole = route(s, "softmax", 2, noise_alpha=1.0, step=3)[0]
+    shard = route(s[40:], "softmax", 2, noise_alpha=1.0, step=3, first_row=40)[0]
+    assert torch.equal(whole[40:], shard)
+
+
+@pytest.mark.parametrize("args, message", [
+    (("softmax", 0), "k = 0"),
+    (("sinkhorn", 2, "linear", -1.0), "xi = -1"),
+    (("sinkhorn", 2, "quadratic"), "cost = quadratic"),
+    (("sinkorn", 2), "router = sinkorn"),
+    (("sinkhorn", 2, "linear", 0.5, 1e-4, 100, "plans"), "weights = plans"),
+    (("softmax", 5), "k = 5"),
+])
+def test_bad_arguments_name_themselves(args, message):
+    with pytest.raises(RuntimeError, match=message):
+        route(make_logits(10, 4, 6), *args)
+
+
+def test_non_finite_logits_are_named():
+    bad = make_logits(10, 4, 6)
+    bad[3, 1] = float("nan")
+    with pytest.raises(RuntimeError, match=r"logits\(3, 1\) = nan"):
+        route(bad, "softmax", 2)
+    with pytest.raises(RuntimeError, match="2-d"):
+        route(torch.zeros(3), "softmax", 1)
+    with pytest.raises(RuntimeError, match="float32 or float64"):
+        route(torch.zeros(3, 4, dtype=torch.int32), "softmax", 1)

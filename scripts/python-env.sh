@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Creates .venv (if missing) with torch from PyPI and what building and testing the PyTorch package
+# needs, then installs the package into it from this checkout: pip install --no-build-isolation . builds
+# the operators against the torch they will run with. Downloads are cached by pip (~/.cache/pip).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+.venv/bin/pip install --quiet --disable-pip-version-check "torch>=2.4" scikit-build-core pytest ninja numpy
+.venv/bin/pip install --quiet --disable-pip-version-check --no-build-isolation .
+.venv/bin/python -c "import ssr_torch, torch; print('ssr_torch', ssr_torch.__version__, 'on torch', torch.__version__)"
