@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """ssr's Sinkhorn solve and softmax top-k against their usual Python peers, in one run, on the same shapes.
 
 Peers:
@@ -18,7 +18,10 @@ What is compared, for each shape (m tokens, n experts) at xi (default 0.5), floa
     only. POT tests the L2 norm of the column error every 10 iterations; stopThr = m * tol makes it stop no
     later than ssr's L1 rule would (||e||_2 <= ||e||_1), which favours POT. Its final L1 error is reported;
   * softmax top-k: ssr's BM_Route_SoftmaxTopK (top-k, weights renormalised over the chosen experts, load)
-    against probs = torch.softmax(S, 1); vals, idx = torch.topk(probs, k); vals / vals.sum(1).
+    against probs = torch.softmax(S, 1); vals, idx = torch.topk(probs, k); vals / vals.sum(1);
+  * the PyTorch operator (when ssr_torch is importable): torch.ops.ssr.route on the same tensor, against the
+    C++ call it makes (BM_Route_SinkhornTopK_PlanWeights and BM_Route_SoftmaxTopK: xi 0.5, tol 1e-4, plan
+    weights, load): the ratio is the operator's overhead (dispatch, output and workspace tensors, the info).
 Every peer runs on the same logits as the benchmark binary's generator (normal(0, 1) - 4 j / n; the exact
 values differ, the distribution is the same) with the same number of threads: OMP_NUM_THREADS, the BLAS
 thread variables and torch.set_num_threads are set to --threads (default 1) before anything starts.
@@ -26,11 +29,11 @@ Times are medians of --repetitions runs (default 5), the ratios peer time / ssr 
 clock is the process's CPU time (ssr: Google Benchmark's cpu_time; peers: time.process_time), which a busy
 shared machine disturbs least; --clock wall compares wall-clock times (the default with more threads).
 
-Requirements: Debian's python3-torch (import torch) and POT (Debian: apt-get install python3-pot; or
-pip install pot in a virtual environment or with --user). A missing peer is skipped with a message.
+Requirements: torch from PyPI (the .venv of scripts/python-env.sh, which also installs ssr_torch) and POT
+(pip install pot into the same environment). A missing peer is skipped with a message.
 
 Usage:
-  /usr/bin/python3 bench/peers.py [build/bench/ssr_bench] [--threads 1] [--xi 0.5] [--tol 1e-4]
+  .venv/bin/python bench/peers.py [build/bench/ssr_bench] [--threads 1] [--xi 0.5] [--tol 1e-4]
                                   [--shapes 24576x16x2,24576x8x2,24576x128x1,24576x256x8] [--repetitions 5]
 """
 
@@ -74,7 +77,15 @@ try:
     torch.set_num_threads(ARGS.threads)
 except ImportError as e:
     torch = None
-    print(f"skipping the PyTorch peers: cannot import torch ({e}); Debian: apt-get install python3-torch", file=sys.stderr)
+    print(f"skipping the PyTorch peers: cannot import torch ({e}); run with .venv/bin/python (scripts/python-env.sh)",
+          file=sys.stderr)
+
+try:
+    import ssr_torch
+except ImportError as e:
+    ssr_torch = None
+    print(f"skipping the PyTorch operator: cannot import ssr_torch ({e}); pip install --no-build-isolation .",
+          file=sys.stderr)
 
 try:
     import ot
@@ -119,7 +130,8 @@ def run_ssr(shape_list):
     xi = int(round(ARGS.xi * 1000))
     solve = "|".join(f"BM_SinkhornSolve<float>/{m}/{n}/{xi}/0/" for m, n, _ in shape_list)
     soft = "|".join(f"BM_Route_SoftmaxTopK/{m}/{n}/{k}/" for m, n, k in shape_list)
-    cmd = [ARGS.bench, f"--benchmark_filter={solve}|{soft}", "--benchmark_format=json",
+    plan = "|".join(f"BM_Route_SinkhornTopK_PlanWeights/{m}/{n}/{k}/" for m, n, k in shape_list)
+    cmd = [ARGS.bench, f"--benchmark_filter={solve}|{soft}|{plan}", "--benchmark_format=json",
            f"--benchmark_repetitions={ARGS.repetitions}", "--benchmark_report_aggregates_only=true"]
     env = dict(os.environ)
     env["OMP_NUM_THREADS"] = str(ARGS.threads)
@@ -202,6 +214,13 @@ def run_torch_softmax_topk(s_np, k):
     return dict(ms=t * 1e3)
 
 
+def run_ssr_torch(s_np, k, policy):
+    s = torch.from_numpy(s_np)
+    t, (_, _, _, info) = median_time(lambda: ssr_torch.route(s, policy, k), ARGS.repetitions)
+    return dict(ms=t * 1e3, iterations=int(info[2]) if policy == "sinkhorn" else None,
+                err=float(info[3]) if policy == "sinkhorn" else None)
+
+
 # ---- report -----------------------------------------------------------------------------------------------
 
 def fmt_iters(x):
@@ -231,6 +250,12 @@ def main():
             rows.append(((m, n, k), "ssr SoftmaxTopK (C++)", soft, soft))
             if torch is not None:
                 rows.append(((m, n, k), "torch.softmax + torch.topk", run_torch_softmax_topk(s_np, k), soft))
+            if ssr_torch is not None:
+                rows.append(((m, n, k), "torch.ops.ssr.route softmax", run_ssr_torch(s_np, k, "softmax"), soft))
+        route = ssr.get(f"BM_Route_SinkhornTopK_PlanWeights/{m}/{n}/{k}")
+        if route is not None and ssr_torch is not None and xi == 0.5 and ARGS.tol == 1e-4 and ARGS.max_iters == 100:
+            rows.append(((m, n, k), "ssr Sinkhorn route, load (C++)", route, route))
+            rows.append(((m, n, k), "torch.ops.ssr.route sinkhorn", run_ssr_torch(s_np, k, "sinkhorn"), route))
 
     print(f"threads {ARGS.threads}, {ARGS.clock} time, xi {xi}, tol {ARGS.tol}, max {ARGS.max_iters} iterations, float32, "
           f"medians of {ARGS.repetitions}; torch {torch.__version__ if torch else '-'}, POT {ot.__version__ if ot else '-'}")

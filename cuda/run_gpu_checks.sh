@@ -6,7 +6,8 @@
 # Runs the CUDA tests (the property suite of tests/ on the CUDA backend, its agreement with the CPU backend,
 # and the CUDA call tests), the quick ones under compute-sanitizer (memcheck, racecheck, synccheck),
 # ssr-route --backend cuda against the CPU backend, and the benchmarks against PyTorch
-# (cuda/bench/peers_cuda.py, when PyTorch with CUDA is installed). Logs go to OUT (default: BUILD/gpu-checks);
+# (cuda/bench/peers_cuda.py, when PyTorch with CUDA is installed: SSR_PYTHON names its interpreter), and
+# with the PyTorch package built (SSR_BUILD_PYTHON), its tests on the GPU and its operator's timings. Logs go to OUT (default: BUILD/gpu-checks);
 # each check is stopped after SSR_CHECK_TIMEOUT seconds (default 600).
 set -uo pipefail
 build=${1:?usage: run_gpu_checks.sh BUILD [OUT]}
@@ -37,8 +38,13 @@ else
   status=1
 fi
 step route_tool env SSR_EXPECT_GPU=1 "$build/tests/ssr_tests" "[cuda]"
-if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
-  python3 "$here/bench/peers_cuda.py" --bench "$build/cuda/bench/ssr_cuda_bench" --json "$out/peers.json" | tee "$out/peers.txt"
+python=${SSR_PYTHON:-python3}
+if [ -d "$build/python/ssr_torch" ] && "$python" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+  step python_cuda env PYTHONPATH="$build/python" "$python" -m pytest -q -p no:cacheprovider \
+    "$here/../python/tests/test_cuda.py" "$here/../python/tests/test_ops.py"
+fi
+if PYTHONPATH="$build/python" "$python" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+  PYTHONPATH="$build/python" "$python" "$here/bench/peers_cuda.py" --bench "$build/cuda/bench/ssr_cuda_bench" --json "$out/peers.json" | tee "$out/peers.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 else
   echo "PyTorch with CUDA not found: peers not run; ssr's figures alone:"

@@ -8,7 +8,9 @@ Runs ssr_cuda_bench (Google Benchmark, JSON) and, on the same GPU, shapes and lo
     host synchronisation per iteration for its stopping test), stopping on ssr's rule: the normalised L1
     column error of the row-normalised plan below tol = 1e-4, at most 100 iterations; then top-k of the
     plan. Iteration counts of both sides are printed.
-and prints each ssr time, each peer time and their ratio, and ssr's fraction of memory bandwidth.
+and prints each ssr time, each peer time and their ratio, and ssr's fraction of memory bandwidth; then,
+when ssr_torch is importable, the PyTorch operator torch.ops.ssr.route at the paper's shape against the same
+peers (float32 and bfloat16 logits; the operator's time includes its dispatch and output tensors).
 
 usage: python3 cuda/bench/peers_cuda.py --bench build/cuda/bench/ssr_cuda_bench [--json OUT.json]
 """
@@ -145,6 +147,24 @@ def main():
             rows.append({"what": "route_softmax_topk", "m": m, "n": n, "k": k, "checked": bool(checked),
                          "ssr_s": seconds(b)})
             print(f"{m:>8} {n:>4} {k:>2} {'checked' if checked else 'unchecked':>9} {seconds(b) * 1e6:9.1f} us")
+
+    try:
+        import ssr_torch
+    except ImportError as e:
+        print(f"\nthe PyTorch operator: not run (cannot import ssr_torch: {e})")
+    else:
+        print("\nthe PyTorch operator torch.ops.ssr.route at the paper's shape (24576 x 16, top-2), against the peers")
+        print(f"{'logits':>9} {'ssr.route':>26} {'us':>8} {'peer':>28} {'us':>8} {'peer/ssr':>8}")
+        for dtype in (torch.float32, torch.bfloat16):
+            s = logits(24576, 16, dtype)
+            for policy, peer_name, peer in (("softmax", "torch.softmax + torch.topk", lambda: torch_softmax_topk(s, 2)),
+                                            ("sinkhorn", "Megatron-style loop", lambda: megatron_sinkhorn_topk(s.float(), 2))):
+                t_ssr = cuda_time(lambda: ssr_torch.route(s, policy, 2), reps=50)
+                t_peer = cuda_time(peer, reps=20)
+                rows.append({"what": "torch_op", "policy": policy, "dtype": str(dtype), "m": 24576, "n": 16, "k": 2,
+                             "ssr_s": t_ssr, "peer": peer_name, "peer_s": t_peer})
+                print(f"{str(dtype)[6:]:>9} {policy:>26} {t_ssr * 1e6:8.1f} {peer_name:>28} {t_peer * 1e6:8.1f} "
+                      f"{t_peer / t_ssr:8.1f}")
 
     if args.json:
         with open(args.json, "w") as f:

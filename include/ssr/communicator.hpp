@@ -8,6 +8,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+
+#include "ssr/error.hpp"
 
 namespace ssr {
 
@@ -31,5 +34,26 @@ class Communicator {
   // sum() of host memory, returning once the result is there: a call's agreement before its solve.
   virtual void sum_on_host(std::int64_t* data, std::size_t count, Stream stream) const = 0;
 };
+
+// Runs a call's local checks on every rank of comm, then has the ranks add up who failed and how many
+// rows each holds, so that an error on one rank is an error on every rank and never a hang. Rethrows a
+// rank's own error; a rank whose checks passed throws one naming the failed rank(s). Returns the rows of
+// the whole problem. Router::route does this before a distributed solve; an engine whose own checks
+// precede the call (e.g. of its tensors) runs them through agree first, so they are agreed on too.
+template <class Stream, class Checks>
+std::int64_t agree(const Communicator<Stream>& comm, Stream stream, std::int64_t rows, const Checks& checks) {
+  std::exception_ptr error;
+  try {
+    checks();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  std::int64_t status[3] = {error ? 1 : 0, error ? 0 : rows, error ? comm.rank() : 0};
+  comm.sum_on_host(status, 3, stream);
+  if (error) std::rethrow_exception(error);
+  if (status[0] == 1) detail::fail("the call failed on rank ", status[2], " of ", comm.size(), " (see its error)");
+  if (status[0] > 1) detail::fail("the call failed on ", status[0], " of ", comm.size(), " ranks (see their errors)");
+  return status[1];
+}
 
 }  // namespace ssr

@@ -14,7 +14,6 @@
 
 #include "ssr/call.hpp"
 #include "ssr/context.hpp"
-#include "ssr/detail/agreement.hpp"
 #include "ssr/detail/workspace.hpp"
 #include "ssr/dispatch.hpp"
 #include "ssr/error.hpp"
@@ -140,7 +139,7 @@ class Router {
       if (options.check_finite && logits.rows > 0) backend_.check_finite(logits, options);
     };
     if (options.communicator && spec.path == Path::sinkhorn) {
-      spec.total_rows = detail::agree(*options.communicator, options.stream, logits.rows, checks);
+      spec.total_rows = agree(*options.communicator, options.stream, logits.rows, checks);
     } else {
       checks();
     }

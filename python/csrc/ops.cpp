@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "args.hpp"
+#include "process_group.hpp"
 
 // An empty Python module _C: importing it loads this library, whose static initialisers register the ops.
 extern "C" PyObject* PyInit__C() {
@@ -24,40 +25,48 @@ namespace {
 
 using torch::Tensor;
 
+using HostCommunicator = ProcessGroupCommunicator<ssr::HostStream>;
+
 template <class T>
-std::tuple<Tensor, Tensor, Tensor, Tensor> route_on_cpu(const Tensor& logits, const RouteArgs& a) {
+std::tuple<Tensor, Tensor, Tensor, Tensor> route_on_cpu(const Tensor& logits, const ssr::SSRPolicy& policy,
+                                                        const ssr::Context& ctx, const HostCommunicator* ranks) {
   const Tensor s = logits.contiguous();
-  const int64_t m = s.size(0), n = s.size(1), k = a.k;
-  ssr::Router<ssr::SSRPolicy, ssr::CpuBackend<T>> router(a.policy_value(), ssr::CpuBackend<T>(at::get_num_threads()));
-  const ssr::Context ctx = a.context();
+  const int64_t m = s.size(0), n = s.size(1), k = policy.resolve(ctx).k;
+  ssr::Router<ssr::SSRPolicy, ssr::CpuBackend<T>> router(policy, ssr::CpuBackend<T>(at::get_num_threads()));
   Tensor experts = torch::empty({m, k}, s.options().dtype(torch::kInt32));
   Tensor weights = torch::empty({m, k}, s.options());
   Tensor load = torch::empty({n}, s.options().dtype(torch::kInt32));
   Tensor workspace = torch::empty({static_cast<int64_t>(router.workspace_bytes(m, n, ctx))}, s.options().dtype(torch::kUInt8));
+  auto options = ssr::CallOptions<ssr::HostStream>{}.using_workspace(
+      {workspace.data_ptr(), static_cast<std::size_t>(workspace.numel())});
+  if (ranks != nullptr) options.across(*ranks);
   const ssr::RouteInfo info = router.route(
       {s.data_ptr<T>(), m, n}, ctx,
-      {{experts.data_ptr<int32_t>(), m, k}, {weights.data_ptr<T>(), m, k}, {load.data_ptr<int32_t>(), n}},
-      ssr::CallOptions<ssr::HostStream>{}.using_workspace({workspace.data_ptr(), static_cast<std::size_t>(workspace.numel())}));
+      {{experts.data_ptr<int32_t>(), m, k}, {weights.data_ptr<T>(), m, k}, {load.data_ptr<int32_t>(), n}}, options);
   Tensor summary = torch::tensor({info.path == ssr::Path::sinkhorn ? 1.0 : 0.0, info.weights == ssr::Weights::scores ? 1.0 : 0.0,
                                   static_cast<double>(info.iterations), info.marginal_error},
                                  s.options().dtype(torch::kFloat64));
   return {experts, weights, load, summary};
 }
 
-std::tuple<Tensor, Tensor, Tensor, Tensor> route_cpu(const Tensor& logits, std::string policy, int64_t k, std::string cost,
-                                                     double xi, double tol, int64_t max_iters, std::string weights, double p,
-                                                     double noise_alpha, double noise_sigma, int64_t seed, int64_t step,
-                                                     int64_t layer, bool training, int64_t first_row) {
+void check_cpu_logits(const Tensor& logits) {
   TORCH_CHECK(logits.dim() == 2, "ssr.route: logits must be 2-d (tokens x experts), got ", logits.dim(), " dimensions");
   TORCH_CHECK(logits.scalar_type() == torch::kFloat32 || logits.scalar_type() == torch::kFloat64,
               "ssr.route: logits on the CPU must be float32 or float64, got ", logits.scalar_type());
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor> route_cpu(const Tensor& logits, std::string policy, int64_t k, std::string cost,
+                                                     double xi, double tol, int64_t max_iters, std::string weights, double p,
+                                                     double noise_alpha, double noise_sigma, int64_t seed, int64_t step,
+                                                     int64_t layer, bool training, int64_t first_row, std::string group) {
   const RouteArgs a{std::move(policy), k,     std::move(cost), xi,   tol,  max_iters, std::move(weights), p,
                     noise_alpha,       noise_sigma, seed,       step, layer, training,  first_row};
-  try {
-    return logits.scalar_type() == torch::kFloat64 ? route_on_cpu<double>(logits, a) : route_on_cpu<float>(logits, a);
-  } catch (const ssr::Error& e) {
-    TORCH_CHECK(false, e.what());
-  }
+  return route_in_group(a, group, c10::Device(c10::kCPU), ssr::HostStream{}, [&] { check_cpu_logits(logits); },
+                        [&](const ssr::SSRPolicy& route_policy, const ssr::Context& ctx, const HostCommunicator* ranks) {
+                          return logits.scalar_type() == torch::kFloat64
+                                     ? route_on_cpu<double>(logits, route_policy, ctx, ranks)
+                                     : route_on_cpu<float>(logits, route_policy, ctx, ranks);
+                        });
 }
 
 template <class T>
@@ -98,7 +107,7 @@ TORCH_LIBRARY(ssr, m) {
   m.def(
       "route(Tensor logits, str policy='selective', int k=2, str cost='linear', float xi=0.5, float tol=1e-4, "
       "int max_iters=100, str weights='plan', float p=1e-3, float noise_alpha=0., float noise_sigma=1., int seed=0, "
-      "int step=0, int layer=0, bool training=True, int first_row=0) "
+      "int step=0, int layer=0, bool training=True, int first_row=0, str group='') "
       "-> (Tensor experts, Tensor weights, Tensor load, Tensor info)");
   m.def(
       "route_backward(Tensor grad_weights, Tensor experts, Tensor weights, int n, bool passes_gradient, "

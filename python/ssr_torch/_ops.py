@@ -10,7 +10,7 @@ def _weights_dtype(logits):
 
 @torch.library.register_fake("ssr::route")
 def _route_fake(logits, policy="selective", k=2, cost="linear", xi=0.5, tol=1e-4, max_iters=100, weights="plan",
-                p=1e-3, noise_alpha=0.0, noise_sigma=1.0, seed=0, step=0, layer=0, training=True, first_row=0):
+                p=1e-3, noise_alpha=0.0, noise_sigma=1.0, seed=0, step=0, layer=0, training=True, first_row=0, group=""):
     torch._check(logits.dim() == 2, lambda: f"ssr.route: logits must be 2-d, got {logits.dim()} dimensions")
     m, n = logits.shape
     return (logits.new_empty((m, k), dtype=torch.int32), logits.new_empty((m, k), dtype=_weights_dtype(logits)),
@@ -27,6 +27,7 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(experts, weights, info)
     ctx.n = inputs[0].shape[1]
     ctx.logits_dtype = inputs[0].dtype
+    ctx.other_inputs = len(inputs) - 1
     ctx.mark_non_differentiable(experts, load, info)
 
 
@@ -36,15 +37,23 @@ def _backward(ctx, grad_experts, grad_weights, grad_load, grad_info):
         grad_weights = torch.zeros_like(weights)
     # info[1] (on the logits' device) says whether the weights pass gradient: plan weights do not.
     grad = torch.ops.ssr.route_backward(grad_weights, experts, weights, ctx.n, True, info)
-    return (grad.to(ctx.logits_dtype),) + (None,) * 15
+    return (grad.to(ctx.logits_dtype),) + (None,) * ctx.other_inputs
 
 
 torch.library.register_autograd("ssr::route", _backward, setup_context=_setup_context)
 
 
 def route(logits, policy="selective", k=2, cost="linear", xi=0.5, tol=1e-4, max_iters=100, weights="plan", p=1e-3,
-          noise_alpha=0.0, noise_sigma=1.0, seed=0, step=0, layer=0, training=True, first_row=0):
+          noise_alpha=0.0, noise_sigma=1.0, seed=0, step=0, layer=0, training=True, first_row=0, group=None):
     """Routes logits (m x n): returns experts (m x k, int32), weights (m x k), load (n, int32) and info
-    [took Sinkhorn, weights pass gradient, iterations, marginal error] (float64). See ssr-route's options."""
+    [took Sinkhorn, weights pass gradient, iterations, marginal error] (float64). See ssr-route's options.
+
+    With group (a torch.distributed process group), the Sinkhorn path balances the plan over the tokens of
+    every rank of the group, whose rows start at global row first_row; every rank makes the call."""
     return torch.ops.ssr.route(logits, policy, k, cost, xi, tol, max_iters, weights, p, noise_alpha, noise_sigma, seed,
-                               step, layer, training, first_row)
+                               step, layer, training, first_row, group_name(group))
+
+
+def group_name(group):
+    """The name under which a process group is registered ("" for none): what the operator takes."""
+    return "" if group is None else group.group_name

@@ -1,5 +1,6 @@
 """ssr_torch.Router: an nn.Module that routes gating logits with any of the library's routers by name."""
 import torch
+import torch.distributed as dist
 
 from ._ops import route
 
@@ -19,10 +20,15 @@ class Router(torch.nn.Module):
     numbers from (seed, layer, step): `step` counts the training calls unless forward is given one.
     After a call, `load` holds the tokens per expert and `info` [took Sinkhorn, weights pass gradient,
     iterations, marginal error].
+
+    With group (a torch.distributed process group: Gloo for CPU tensors, NCCL for CUDA tensors), the Sinkhorn path balances the
+    plan over the tokens of every rank of the group: every rank calls forward with the same options and
+    step. A rank's tokens are global rows rank * m .. rank * m + m - 1 (ranks of equal batches, the
+    data-parallel case) unless forward is given first_row (uneven batches: the rows of the lower ranks).
     """
 
     def __init__(self, router="ssr", k=2, cost="linear", xi=0.5, tol=1e-4, max_iters=100, weights="plan", p=1e-3,
-                 noise_alpha=0.0, noise_sigma=1.0, seed=0, layer=0):
+                 noise_alpha=0.0, noise_sigma=1.0, seed=0, layer=0, group=None):
         super().__init__()
         _choose("router", router, ROUTERS + ("selective",))
         _choose("cost", cost, _COSTS)
@@ -41,15 +47,18 @@ class Router(torch.nn.Module):
         self.xi, self.tol, self.max_iters, self.p = float(xi), float(tol), int(max_iters), float(p)
         self.noise_alpha, self.noise_sigma = float(noise_alpha), float(noise_sigma)
         self.seed, self.layer = int(seed), int(layer)
+        self.group = group
+        self.group_rank = 0 if group is None else dist.get_rank(group)
         self.step = 0
         self.load = None
         self.info = None
 
-    def forward(self, logits, step=None):
+    def forward(self, logits, step=None, first_row=None):
         call_step = self.step if step is None else step
+        row = self.group_rank * logits.shape[0] if first_row is None else first_row
         experts, weights, load, info = route(logits, self.router, self.k, self.cost, self.xi, self.tol, self.max_iters,
                                              self.weights, self.p, self.noise_alpha, self.noise_sigma, self.seed,
-                                             call_step, self.layer, self.training)
+                                             call_step, self.layer, self.training, row, self.group)
         if self.training and step is None:
             self.step += 1
         self.load, self.info = load, info

@@ -1,0 +1,105 @@
+"""Global balance over a torch.distributed group: two Gloo processes, each routing its rows, reach the plan of
+one process routing all of them, take the same decisions, and share every error (never a hang)."""
+import os
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import ssr_torch
+from conftest import make_logits
+
+RANKS = 2
+ROWS = (70, 50)  # uneven shards of 120 rows
+
+
+def _shard(s, rank):
+    start = sum(ROWS[:rank])
+    return s[start:start + ROWS[rank]], start
+
+
+def _worker(rank, store, out):
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=RANKS)
+    results = {}
+    try:
+        group = dist.group.WORLD
+        for dtype in (torch.float64, torch.float32):
+            for cost in ("linear", "softmax"):
+                s, start = _shard(make_logits(120, 8, 11, dtype=dtype), rank)
+                results[(dtype, cost)] = ssr_torch.route(s, "sinkhorn", 2, cost=cost, noise_alpha=0.5, step=4,
+                                                         first_row=start, group=group)
+        # The Router: equal batches (first rows rank * m); SSR takes its path on both ranks alike.
+        router = ssr_torch.Router("ssr", p=0.5, group=group)
+        results["router"] = [router(make_logits(128, 8, 20 + step)[64 * rank:64 * rank + 64]) + (router.info,)
+                             for step in range(6)]
+        # An error on one rank is an error on both: non-finite logits, then a 3-d tensor, on rank 1 only.
+        for bad in ("nan", "shape"):
+            s = make_logits(40, 8, 12)
+            if rank == 1:
+                s = s.clone().fill_(float("nan")) if bad == "nan" else s.reshape(10, 4, 8)
+            try:
+                ssr_torch.route(s, "sinkhorn", 2, group=group)
+                results[bad] = "no error"
+            except RuntimeError as e:
+                results[bad] = str(e)
+        results["after"] = ssr_torch.route(make_logits(40, 8, 13), "sinkhorn", 2, group=group)[3]
+        # The softmax path does not communicate: one rank alone routes by it (a collective would hang).
+        if rank == 0:
+            results["alone"] = ssr_torch.route(make_logits(40, 8, 14), "softmax", 2, group=group)[0]
+    finally:
+        torch.save(results, os.path.join(out, f"rank{rank}.pt"))
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gloo")
+    context = mp.start_processes(_worker, args=(str(out / "store"), str(out)), nprocs=RANKS, join=False,
+                                 start_method="spawn")
+    deadline = time.monotonic() + 240
+    while not context.join(timeout=5):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail("the ranks did not finish within 240 s (a hang)")
+    return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(RANKS)]
+
+
+# Weights within 1e-10 (double) and 1e-5 (float); the marginal error, a sum in another order, relatively.
+@pytest.mark.parametrize("dtype, tolerance, error_tolerance", [(torch.float64, 1e-10, 1e-6), (torch.float32, 1e-5, 1e-3)])
+@pytest.mark.parametrize("cost", ["linear", "softmax"])
+def test_sharded_plan_equals_the_single_process_plan(ranks, dtype, cost, tolerance, error_tolerance):
+    experts, weights, load, info = ssr_torch.route(make_logits(120, 8, 11, dtype=dtype), "sinkhorn", 2, cost=cost,
+                                                   noise_alpha=0.5, step=4)
+    shards = [r[(dtype, cost)] for r in ranks]
+    assert torch.equal(torch.cat([s[0] for s in shards]), experts)
+    torch.testing.assert_close(torch.cat([s[1] for s in shards]), weights, rtol=0, atol=tolerance)
+    assert torch.equal(shards[0][2] + shards[1][2], load)
+    assert torch.equal(shards[0][3], shards[1][3])  # iterations and marginal error: the same bits
+    assert shards[0][3][2] == info[2]
+    torch.testing.assert_close(shards[0][3][3], info[3], rtol=error_tolerance, atol=0)
+
+
+def test_router_takes_the_same_path_on_every_rank(ranks):
+    router = ssr_torch.Router("ssr", p=0.5)
+    paths = []
+    for step, (call0, call1) in enumerate(zip(ranks[0]["router"], ranks[1]["router"])):
+        experts, weights = router(make_logits(128, 8, 20 + step))
+        assert torch.equal(call0[2], call1[2]) and call0[2][0] == router.info[0]
+        assert torch.equal(torch.cat([call0[0], call1[0]]), experts)
+        torch.testing.assert_close(torch.cat([call0[1], call1[1]]), weights, rtol=0, atol=1e-10)
+        paths.append(router.info[0].item())
+    assert 0 < sum(paths) < len(paths)  # both paths were taken
+
+
+def test_an_error_on_one_rank_is_an_error_on_every_rank(ranks):
+    assert "logits(0, 0) = nan" in ranks[1]["nan"] and "failed on rank 1 of 2" in ranks[0]["nan"]
+    assert "2-d" in ranks[1]["shape"] and "failed on rank 1 of 2" in ranks[0]["shape"]
+    assert torch.equal(ranks[0]["after"], ranks[1]["after"]) and ranks[0]["after"][0] == 1
+
+
+def test_the_softmax_path_does_not_communicate(ranks):
+    assert torch.equal(ranks[0]["alone"], ssr_torch.route(make_logits(40, 8, 14), "softmax", 2)[0])
