@@ -5,12 +5,15 @@
 #include <xtensor/xnpy.hpp>
 #include <xtensor/xtensor.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -38,6 +41,42 @@ Run run_command(const std::string& command, const fs::path& dir) {
     return ss.str();
   };
   return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, slurp(out), slurp(err)};
+}
+
+// A .npy file written byte by byte: magic, version, header length, the header text (padded with spaces to
+// a multiple of 64 and ended with a newline, as numpy writes it, unless raw), then payload.
+void write_npy(const fs::path& path, const std::string& header, const std::string& payload, int major = 1,
+               bool raw = false) {
+  std::string text = header;
+  const std::size_t lead = major == 1 ? 10 : 12;
+  if (!raw) {
+    while ((lead + text.size() + 1) % 64 != 0) text += ' ';
+    text += '\n';
+  }
+  std::string file = std::string("\x93NUMPY", 6) + static_cast<char>(major) + '\0';
+  for (std::size_t i = 0; i < lead - 8; ++i) file += static_cast<char>((text.size() >> (8 * i)) & 0xff);
+  std::ofstream(path, std::ios::binary) << file << text << payload;
+}
+
+// The bytes of values as a .npy payload of the given width (4 or 8) and byte order.
+template <class T>
+std::string npy_payload(const std::vector<double>& values, bool big_endian) {
+  std::string out;
+  for (const double v : values) {
+    const T x = static_cast<T>(v);
+    char b[sizeof(T)];
+    std::memcpy(b, &x, sizeof(T));
+    if (big_endian) std::reverse(b, b + sizeof(T));
+    out.append(b, sizeof(T));
+  }
+  return out;
+}
+
+std::string slurp_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 Run run_tool(const std::string& args, const fs::path& dir) { return run_command(std::string(SSR_ROUTE_EXE) + " " + args, dir); }
@@ -145,6 +184,96 @@ TEST_CASE("ssr-route rejects bad input with status 2, one line on stderr, and wr
     CHECK(r.out.empty());
     CHECK(!fs::exists(dir / "o"));
   }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("ssr-route rejects every malformed .npy file with status 2, naming the file, and writes nothing", "[tool]") {
+  const auto dir = fresh_dir("npy");
+  const std::string f4 = npy_payload<float>(std::vector<double>(40, 0.5), false);  // 10 x 4 float32
+  const std::string ok = "{'descr': '<f4', 'fortran_order': False, 'shape': (10, 4), }";
+  struct Case {
+    std::string name, header, payload, message;
+    int major;
+    bool raw;
+  };
+  const std::vector<Case> cases = {
+      {"empty", "", "", "not a .npy file", 1, true},
+      {"text", "", "", "not a .npy file", 1, true},
+      {"version", ok, f4, "unsupported .npy version 4.0", 4, false},
+      {"not_a_dict", "[10, 4]", f4, "not a .npy dict", 1, false},
+      {"no_shape", "{'descr': '<f4', 'fortran_order': False}", f4, "lacks the key 'shape'", 1, false},
+      {"repeated", "{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (10, 4)}", f4,
+       "repeats the key 'descr'", 1, false},
+      {"unknown", "{'descr': '<f4', 'fortran_order': False, 'shape': (10, 4), 'extra': 1}", f4, "unknown key 'extra'",
+       1, false},
+      {"int_dtype", "{'descr': '<i4', 'fortran_order': False, 'shape': (10, 4)}", f4, "dtype '<i4'", 1, false},
+      {"half_dtype", "{'descr': '<f2', 'fortran_order': False, 'shape': (10, 8)}", f4, "dtype '<f2'", 1, false},
+      {"pipe_dtype", "{'descr': '|f4', 'fortran_order': False, 'shape': (10, 4)}", f4, "dtype '|f4'", 1, false},
+      {"order", "{'descr': '<f4', 'fortran_order': 0, 'shape': (10, 4)}", f4, "neither True nor False", 1, false},
+      {"negative", "{'descr': '<f4', 'fortran_order': False, 'shape': (-10, 4)}", f4, "non-negative integers", 1, false},
+      {"one_d", "{'descr': '<f4', 'fortran_order': False, 'shape': (40,)}", f4, "1 dimensions; expected 2", 1, false},
+      {"three_d", "{'descr': '<f4', 'fortran_order': False, 'shape': (10, 2, 2)}", f4, "3 dimensions; expected 2", 1,
+       false},
+      {"overflow", "{'descr': '<f8', 'fortran_order': False, 'shape': (4611686018427387904, 8)}", f4,
+       "overflows 64-bit sizes", 1, false},
+      {"huge", "{'descr': '<f8', 'fortran_order': False, 'shape': (1000000000, 1000)}", f4, "truncated", 1, false},
+      {"truncated", ok, f4.substr(0, 100), "truncated: shape (10, 4) of float32 needs 160 bytes of data, the file has 100",
+       1, false},
+      {"longer", ok, f4 + "0123", "longer than its shape", 1, false},
+      {"no_newline", ok, f4, "does not end with a newline", 1, true},
+      {"header_past_end", ok + std::string(100, ' '), "", "runs past the end of the file", 1, false},
+  };
+  const std::string out = " --out " + (dir / "o").string();
+  for (const auto& c : cases) {
+    const fs::path file = dir / (c.name + ".npy");
+    write_npy(file, c.header, c.payload, c.major, c.raw);
+    if (c.name == "header_past_end") fs::resize_file(file, 40);  // the header's length says more than 40 bytes
+    if (c.name == "empty") fs::resize_file(file, 0);
+    if (c.name == "text") std::ofstream(file) << "step,loss\n1,2.5\n";
+    for (const std::string option : {"--logits", "--grad-weights"}) {
+      const std::string args = option == std::string("--logits")
+                                   ? " --logits " + file.string()
+                                   : " --logits " + (dir / "valid.npy").string() + " --grad-weights " + file.string();
+      if (option != std::string("--logits")) write_npy(dir / "valid.npy", ok, f4);
+      const auto r = run_tool(args + out, dir);
+      INFO(c.name << " " << option << "\nstderr: " << r.err);
+      CHECK(r.status == 2);
+      CHECK(r.err.find(c.message) != std::string::npos);
+      CHECK(r.err.find(file.string()) != std::string::npos);
+      CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+      CHECK(!fs::exists(dir / "o"));
+    }
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("ssr-route reads big-endian and Fortran-ordered .npy files as numpy does", "[tool]") {
+  const auto dir = fresh_dir("npy_orders");
+  const std::size_t m = 50, n = 6;
+  const auto s = test::random_logits<double>(static_cast<ssr::index_t>(m), static_cast<ssr::index_t>(n), 1.0, 8, 2.0);
+  std::vector<double> row_major(s.begin(), s.end()), column_major(m * n);
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t j = 0; j < n; ++j) column_major[j * m + i] = row_major[i * n + j];
+  const std::string shape = "'shape': (50, 6)}";
+  write_npy(dir / "c.npy", "{'descr': '<f8', 'fortran_order': False, " + shape, npy_payload<double>(row_major, false));
+  write_npy(dir / "big.npy", "{'descr': '>f8', 'fortran_order': False, " + shape, npy_payload<double>(row_major, true));
+  write_npy(dir / "fortran.npy", "{'descr': '<f8', 'fortran_order': True, " + shape, npy_payload<double>(column_major, false));
+  write_npy(dir / "big_fortran.npy", "{'fortran_order': True, 'descr': '>f8', " + shape,
+            npy_payload<double>(column_major, true));
+  write_npy(dir / "v2.npy", "{'descr': '<f8', 'fortran_order': False, " + shape, npy_payload<double>(row_major, false), 2);
+  write_npy(dir / "c32.npy", "{'descr': '<f4', 'fortran_order': False, " + shape, npy_payload<float>(row_major, false));
+  write_npy(dir / "big32.npy", "{'descr': '>f4', 'fortran_order': False, " + shape, npy_payload<float>(row_major, true));
+  const auto route = [&](const std::string& name) {
+    const auto r = run_tool("--logits " + (dir / (name + ".npy")).string() + " --out " + (dir / name).string() +
+                                " --policy sinkhorn --dump-plan",
+                            dir);
+    INFO(name << ": " << r.err);
+    REQUIRE(r.status == 0);
+    return slurp_file(dir / name / "experts.npy") + slurp_file(dir / name / "weights.npy") + slurp_file(dir / name / "plan.npy");
+  };
+  const std::string expected = route("c");
+  for (const std::string name : {"big", "fortran", "big_fortran", "v2"}) CHECK(route(name) == expected);
+  CHECK(route("big32") == route("c32"));
   fs::remove_all(dir);
 }
 

@@ -1,16 +1,22 @@
-// ssr-route's files: reading a 2-d .npy matrix of either float dtype, and writing outputs atomically.
+// ssr-route's files: reading a 2-d .npy matrix of either float dtype, every file checked completely first,
+// and writing outputs under temporary names.
 #pragma once
 
-#include <xtensor/xarray.hpp>
+#include <ssr/view.hpp>
+
 #include <xtensor/xnpy.hpp>
 #include <xtensor/xtensor.hpp>
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -20,42 +26,218 @@ namespace ssr_route {
 
 namespace fs = std::filesystem;
 
-// The dtype ('<f4', '<f8', ...) in a .npy header.
-inline std::string npy_dtype(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError("cannot open '" + path + "'");
-  char magic[8] = {};
-  in.read(magic, 8);
-  if (!in || std::string(magic, 6) != "\x93NUMPY") throw UsageError("'" + path + "' is not a .npy file");
-  std::size_t len = 0;
-  unsigned char b[4] = {};
-  const int width = magic[6] == 1 ? 2 : 4;
-  in.read(reinterpret_cast<char*>(b), width);
-  for (int i = width - 1; i >= 0; --i) len = len * 256 + b[i];
-  std::string header(len, '\0');
-  in.read(&header[0], static_cast<std::streamsize>(len));
-  const auto key = header.find("'descr'");
-  const auto q1 = header.find('\'', header.find(':', key) + 1), q2 = header.find('\'', q1 + 1);
-  if (!in || key == std::string::npos || q1 == std::string::npos || q2 == std::string::npos)
-    throw UsageError("'" + path + "' has an unreadable .npy header");
-  return header.substr(q1 + 1, q2 - q1 - 1);
+// A .npy file's header, checked completely against the file before anything is read: the magic string,
+// the version, the header's syntax (a Python dict of exactly 'descr', 'fortran_order' and 'shape'), the
+// dtype and its byte order, the shape, and the byte size it implies against the file's size. Every
+// malformed file is a UsageError naming the file and what is wrong.
+struct NpyHeader {
+  bool big_endian = false;
+  bool fortran_order = false;
+  int itemsize = 0;  // 4: float32, 8: float64
+  std::vector<std::uint64_t> shape;
+  std::uint64_t data_offset = 0;
+};
+
+namespace npy_detail {
+
+// The dict literal of a .npy header, read strictly.
+class HeaderParser {
+ public:
+  HeaderParser(std::string text, std::string path) : s_(std::move(text)), path_(std::move(path)) {}
+
+  NpyHeader parse() {
+    NpyHeader h;
+    bool descr = false, order = false, shape = false;
+    expect('{');
+    for (;;) {
+      skip_spaces();
+      if (peek() == '}') break;
+      const std::string key = quoted();
+      expect(':');
+      if (key == "descr" && !descr) {
+        descr = true;
+        dtype(quoted(), h);
+      } else if (key == "fortran_order" && !order) {
+        order = true;
+        h.fortran_order = boolean();
+      } else if (key == "shape" && !shape) {
+        shape = true;
+        h.shape = tuple();
+      } else {
+        fail((descr && key == "descr") || (order && key == "fortran_order") || (shape && key == "shape")
+                 ? "its header repeats the key '" + key + "'"
+                 : "its header has the unknown key '" + key + "'");
+      }
+      skip_spaces();
+      if (peek() == ',') ++i_;
+    }
+    expect('}');
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t')) ++i_;
+    if (i_ + 1 != s_.size() || s_[i_] != '\n') fail("its header does not end with a newline after the dict");
+    if (!descr || !order || !shape) {
+      fail(std::string("its header lacks the key '") + (!descr ? "descr" : !order ? "fortran_order" : "shape") + "'");
+    }
+    return h;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const { throw UsageError("'" + path_ + "': " + what); }
+  char peek() const { return i_ < s_.size() ? s_[i_] : '\0'; }
+  void skip_spaces() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t')) ++i_;
+  }
+  void expect(char c) {
+    skip_spaces();
+    if (peek() != c) fail(std::string("its header is not a .npy dict (expected '") + c + "' at byte " + std::to_string(i_) + ")");
+    ++i_;
+  }
+  std::string quoted() {
+    skip_spaces();
+    const char q = peek();
+    if (q != '\'' && q != '"') fail("its header is not a .npy dict (expected a quoted key or value at byte " + std::to_string(i_) + ")");
+    const std::size_t close = s_.find(q, i_ + 1);
+    if (close == std::string::npos) fail("its header has an unterminated string");
+    std::string out = s_.substr(i_ + 1, close - i_ - 1);
+    i_ = close + 1;
+    return out;
+  }
+  bool boolean() {
+    skip_spaces();
+    for (const auto& word : {std::make_pair("True", true), std::make_pair("False", false)}) {
+      const std::string w = word.first;
+      if (s_.compare(i_, w.size(), w) == 0) {
+        i_ += w.size();
+        return word.second;
+      }
+    }
+    fail("its fortran_order is neither True nor False");
+  }
+  std::vector<std::uint64_t> tuple() {
+    std::vector<std::uint64_t> dims;
+    expect('(');
+    for (;;) {
+      skip_spaces();
+      if (peek() == ')') break;
+      if (peek() < '0' || peek() > '9') fail("its shape is not a tuple of non-negative integers");
+      std::uint64_t d = 0;
+      while (peek() >= '0' && peek() <= '9') {
+        const auto digit = static_cast<std::uint64_t>(peek() - '0');
+        if (d > (std::numeric_limits<std::uint64_t>::max() - digit) / 10) fail("its shape has a dimension beyond 2^64");
+        d = d * 10 + digit;
+        ++i_;
+      }
+      dims.push_back(d);
+      skip_spaces();
+      if (peek() == ',') {
+        ++i_;
+      } else if (peek() != ')') {
+        fail("its shape is not a tuple of non-negative integers");
+      }
+    }
+    ++i_;
+    return dims;
+  }
+  void dtype(const std::string& d, NpyHeader& h) const {
+    if (d == "<f4" || d == ">f4" || d == "<f8" || d == ">f8") {
+      h.big_endian = d[0] == '>';
+      h.itemsize = d[2] - '0';
+    } else {
+      fail("dtype '" + d + "'; expected float32 or float64 ('<f4', '>f4', '<f8' or '>f8')");
+    }
+  }
+
+  std::string s_, path_;
+  std::size_t i_ = 0;
+};
+
+inline std::uint64_t little_endian(const unsigned char* b, int width) {
+  std::uint64_t v = 0;
+  for (int i = width - 1; i >= 0; --i) v = v * 256 + b[i];
+  return v;
 }
 
-// A 2-d .npy file as a row-major T matrix, whatever its floating-point dtype.
+}  // namespace npy_detail
+
+// Reads and checks the header of the .npy file at path (see NpyHeader), with the file's size.
+inline NpyHeader read_npy_header(const std::string& path, std::ifstream& in) {
+  const auto fail = [&](const std::string& what) -> void { throw UsageError("'" + path + "': " + what); };
+  std::error_code ec;
+  const std::uint64_t file_size = fs::file_size(path, ec);
+  if (ec) fail("cannot read its size (" + ec.message() + ")");
+  unsigned char lead[12] = {};
+  in.read(reinterpret_cast<char*>(lead), 10);
+  if (!in || std::memcmp(lead, "\x93NUMPY", 6) != 0) fail("not a .npy file (no \\x93NUMPY magic string)");
+  const int major = lead[6], minor = lead[7];
+  if ((major < 1 || major > 3) || minor != 0)
+    fail("unsupported .npy version " + std::to_string(major) + "." + std::to_string(minor) + " (1.0, 2.0 and 3.0 are read)");
+  const int width = major == 1 ? 2 : 4;
+  if (width == 4) in.read(reinterpret_cast<char*>(lead + 10), 2);
+  if (!in) fail("truncated in its header");
+  const std::uint64_t header_len = npy_detail::little_endian(lead + 8, width);
+  const std::uint64_t data_offset = 8 + static_cast<std::uint64_t>(width) + header_len;
+  if (data_offset > file_size)
+    fail("its header of " + std::to_string(header_len) + " bytes runs past the end of the file (" + std::to_string(file_size) + " bytes)");
+  std::string text(header_len, '\0');
+  in.read(&text[0], static_cast<std::streamsize>(header_len));
+  if (!in) fail("cannot read its header");
+  NpyHeader h = npy_detail::HeaderParser(std::move(text), path).parse();
+  h.data_offset = data_offset;
+  // The byte size the shape implies, without overflow, against what the file holds.
+  std::uint64_t bytes = static_cast<std::uint64_t>(h.itemsize);
+  std::string shape;
+  for (const std::uint64_t d : h.shape) {
+    shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+    if (d != 0 && bytes > std::numeric_limits<std::uint64_t>::max() / d) fail("its shape (" + shape + ", ...) overflows 64-bit sizes");
+    bytes *= d;
+  }
+  const std::uint64_t data = file_size - data_offset;
+  if (data != bytes) {
+    fail(std::string(data < bytes ? "truncated" : "longer than its shape") + ": shape (" + shape + ") of float" +
+         std::to_string(8 * h.itemsize) + " needs " + std::to_string(bytes) + " bytes of data, the file has " +
+         std::to_string(data));
+  }
+  return h;
+}
+
+inline NpyHeader read_npy_header(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError("cannot open '" + path + "'");
+  return read_npy_header(path, in);
+}
+
+// A 2-d float32 or float64 .npy file as a row-major T matrix: any byte order, C or Fortran order.
 template <class T>
 xt::xtensor<T, 2> load_matrix(const std::string& path, const char* what) {
-  const std::string dtype = npy_dtype(path);
-  xt::xarray<T> a;
-  if (dtype == "<f4" || dtype == "|f4") {
-    a = xt::load_npy<float>(path);
-  } else if (dtype == "<f8" || dtype == "|f8") {
-    a = xt::load_npy<double>(path);
-  } else {
-    throw UsageError(std::string(what) + " '" + path + "' has dtype " + dtype + "; expected float32 or float64");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(std::string(what) + ": cannot open '" + path + "'");
+  const NpyHeader h = read_npy_header(path, in);
+  if (h.shape.size() != 2)
+    throw UsageError(std::string(what) + " '" + path + "' has " + std::to_string(h.shape.size()) + " dimensions; expected 2");
+  const std::uint64_t rows = h.shape[0], cols = h.shape[1], count = rows * cols;
+  if (rows > static_cast<std::uint64_t>(std::numeric_limits<ssr::index_t>::max()) ||
+      cols > static_cast<std::uint64_t>(std::numeric_limits<ssr::index_t>::max()))
+    throw UsageError(std::string(what) + " '" + path + "' has a dimension beyond the index range");
+  std::vector<unsigned char> raw(static_cast<std::size_t>(count) * static_cast<std::size_t>(h.itemsize));
+  in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(raw.size()));
+  if (!in) throw UsageError(std::string(what) + " '" + path + "': cannot read its data");
+  xt::xtensor<T, 2> out({static_cast<std::size_t>(rows), static_cast<std::size_t>(cols)});
+  const int size = h.itemsize;
+  for (std::uint64_t e = 0; e < count; ++e) {
+    unsigned char b[8];
+    for (int i = 0; i < size; ++i) b[i] = raw[e * size + static_cast<std::uint64_t>(h.big_endian ? size - 1 - i : i)];
+    // Host byte order is little-endian (x86-64, aarch64): b now holds the value in it.
+    double v;
+    if (size == 4) {
+      float f;
+      std::memcpy(&f, b, 4);
+      v = f;
+    } else {
+      std::memcpy(&v, b, 8);
+    }
+    const std::uint64_t r = h.fortran_order ? e % rows : e / cols, c = h.fortran_order ? e / rows : e % cols;
+    out(r, c) = static_cast<T>(v);
   }
-  if (a.dimension() != 2)
-    throw UsageError(std::string(what) + " '" + path + "' has " + std::to_string(a.dimension()) + " dimensions; expected 2");
-  return a;
+  return out;
 }
 
 inline std::string json_number(double v) {
