@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -274,6 +275,65 @@ TEST_CASE("ssr-route reads big-endian and Fortran-ordered .npy files as numpy do
   const std::string expected = route("c");
   for (const std::string name : {"big", "fortran", "big_fortran", "v2"}) CHECK(route(name) == expected);
   CHECK(route("big32") == route("c32"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("ssr-route replaces its output directory as one set: the previous outputs or the new, never a mix", "[tool]") {
+  const auto dir = fresh_dir("atomic");
+  const auto s = test::random_logits<float>(5000, 8, 1.0, 9, 2.0);
+  xt::xtensor<float, 2> logits({5000, 8});
+  std::copy(s.begin(), s.end(), logits.begin());
+  xt::dump_npy((dir / "l.npy").string(), logits);
+  const fs::path out = dir / "o";
+  const std::string first = "--logits " + (dir / "l.npy").string() + " --out " + out.string() +
+                            " --policy sinkhorn --dump-plan --dump-noise --noise-alpha 0.2";
+  const std::string second = "--logits " + (dir / "l.npy").string() + " --out " + out.string() + " --policy softmax";
+  const auto contents = [&] {
+    std::map<std::string, std::string> files;
+    for (const auto& e : fs::directory_iterator(out)) files[e.path().filename().string()] = slurp_file(e.path());
+    return files;
+  };
+  REQUIRE(run_tool(first, dir).status == 0);
+  const auto previous = contents();
+  CHECK(previous.size() == 4);
+
+  SECTION("a full disk (a file size limit) is exit 2 and leaves the previous outputs") {
+    const auto r = run_command("bash -c \"trap '' XFSZ; ulimit -f 8; exec " + std::string(SSR_ROUTE_EXE) + " " + second + "\"", dir);
+    INFO(r.err);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("cannot write") != std::string::npos);
+    CHECK(contents() == previous);
+  }
+  SECTION("a run killed while writing leaves the previous outputs") {
+    const auto r = run_command("bash -c \"ulimit -f 8; exec " + std::string(SSR_ROUTE_EXE) + " " + second + "\"", dir);
+    CHECK(r.status != 0);  // SIGXFSZ
+    CHECK(contents() == previous);
+  }
+  SECTION("a complete run replaces the whole set: no file of the previous run remains") {
+    REQUIRE(run_tool(second, dir).status == 0);
+    const auto now = contents();
+    CHECK(now.size() == 2);
+    CHECK(now.count("experts.npy") == 1);
+    CHECK(now.count("plan.npy") == 0);
+    CHECK(now.at("experts.npy") != previous.at("experts.npy"));
+  }
+  SECTION("a directory holding other files, or a file, is refused before anything is written") {
+    std::ofstream(out / "notes.txt") << "mine\n";
+    auto r = run_tool(second, dir);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("holds 'notes.txt', which is not an ssr-route output") != std::string::npos);
+    CHECK(slurp_file(out / "notes.txt") == "mine\n");
+    fs::remove(out / "notes.txt");
+    CHECK(contents() == previous);
+    r = run_tool("--logits " + (dir / "l.npy").string() + " --out " + (dir / "l.npy").string(), dir);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("is not a directory") != std::string::npos);
+  }
+  SECTION("an unwritable place is exit 2 with one line") {
+    const auto r = run_tool("--logits " + (dir / "l.npy").string() + " --out /proc/ssr-route-test/o", dir);
+    CHECK(r.status == 2);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
   fs::remove_all(dir);
 }
 

@@ -1,5 +1,5 @@
 // One ssr-route run's data: the logits and dL/dw read from their files, the outputs routing fills, and
-// writing them (files under temporary names, renamed once all are complete) with the JSON summary.
+// writing them (as one set, see Output) with the JSON summary.
 #pragma once
 
 #include <ssr/load_stats.hpp>
@@ -28,6 +28,7 @@ struct Job {
 
   // Reads the files and allocates the outputs; throws UsageError or ssr::Error for bad input.
   explicit Job(const Options& o) : policy(ssr::make_policy(o.router)) {
+    check_output_dir(o.out);  // before the work, not after it
     logits = load_matrix<T>(o.logits, "--logits");
     m = static_cast<ssr::index_t>(logits.shape()[0]);
     n = static_cast<ssr::index_t>(logits.shape()[1]);

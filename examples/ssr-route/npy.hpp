@@ -1,13 +1,16 @@
 // ssr-route's files: reading a 2-d .npy matrix of either float dtype, every file checked completely first,
-// and writing outputs under temporary names.
+// and writing a run's outputs as one set.
 #pragma once
 
 #include <ssr/view.hpp>
 
-#include <xtensor/xnpy.hpp>
 #include <xtensor/xtensor.hpp>
 
+#include <fcntl.h>
+#include <stdio.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <cstdint>
 #include <cstdio>
@@ -17,6 +20,7 @@
 #include <limits>
 #include <string>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -246,28 +250,98 @@ inline std::string json_number(double v) {
   return buf;
 }
 
-// Files are written under temporary names and renamed once all are complete.
+// The dtype string of a .npy file of T.
+template <class T>
+const char* npy_descr() {
+  static_assert(std::is_same<T, float>::value || std::is_same<T, double>::value || std::is_same<T, std::int32_t>::value,
+                "ssr-route writes float32, float64 and int32 arrays");
+  return std::is_same<T, float>::value ? "<f4" : std::is_same<T, double>::value ? "<f8" : "<i4";
+}
+
+// Writes a row-major matrix as a .npy file (version 1.0, little-endian: the host's order), checking every
+// write: a full disk, a file size limit or an unwritable directory is an error naming the file.
+template <class T>
+void write_npy(const fs::path& path, const xt::xtensor<T, 2>& a) {
+  std::string header = std::string("{'descr': '") + npy_descr<T>() + "', 'fortran_order': False, 'shape': (" +
+                       std::to_string(a.shape()[0]) + ", " + std::to_string(a.shape()[1]) + "), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string lead("\x93NUMPY\x01\x00", 8);
+  lead += static_cast<char>(header.size() & 0xff);
+  lead += static_cast<char>((header.size() >> 8) & 0xff);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << lead << header;
+  out.write(reinterpret_cast<const char*>(a.data()), static_cast<std::streamsize>(a.size() * sizeof(T)));
+  out.close();
+  if (!out) throw UsageError("cannot write '" + path.string() + "': " + std::strerror(errno));
+}
+
+// The files ssr-route writes in its output directory.
+inline bool is_output_name(const std::string& name) {
+  return name == "experts.npy" || name == "weights.npy" || name == "grad_logits.npy" || name == "noise.npy" ||
+         name == "plan.npy";
+}
+
+// Checks that dir can take a run's outputs: absent, or a directory holding ssr-route's outputs only (a run
+// replaces the whole directory, so other files in it would be lost).
+inline void check_output_dir(const fs::path& dir) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(dir, ec);
+  if (!fs::exists(st)) return;
+  if (!fs::is_directory(st)) throw UsageError("--out '" + dir.string() + "' exists and is not a directory");
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (!is_output_name(entry.path().filename().string()))
+      throw UsageError("--out '" + dir.string() + "' holds '" + entry.path().filename().string() +
+                       "', which is not an ssr-route output; a run replaces the whole directory: give another");
+  }
+}
+
+// The outputs of a run, written as one set: every file goes to a fresh staging directory beside DIR, which
+// then takes DIR's place in one step (renameat2's RENAME_EXCHANGE; where the filesystem lacks it, DIR is
+// renamed away first, so for an instant there is none). A crash, a kill or a full disk thus leaves DIR with
+// the previous outputs or none, never a mix or a partial set.
 class Output {
  public:
-  explicit Output(fs::path dir) : dir_(std::move(dir)) {}
+  explicit Output(const fs::path& dir) : dir_(normal(dir)) {
+    check_output_dir(dir_);
+    if (!dir_.parent_path().empty()) fs::create_directories(dir_.parent_path());
+    staging_ = dir_.parent_path() / ("." + dir_.filename().string() + ".ssr-route-" + std::to_string(::getpid()));
+    fs::remove_all(staging_);
+    if (!fs::create_directory(staging_)) throw UsageError("cannot create '" + staging_.string() + "'");
+  }
+  Output(const Output&) = delete;
+  Output& operator=(const Output&) = delete;
   ~Output() {
-    for (const auto& f : pending_) fs::remove(f.first);
+    std::error_code ec;
+    fs::remove_all(staging_, ec);  // the new files of a failed run, or the previous ones after a commit
   }
-  template <class E>
-  void add(const std::string& name, const E& array) {
-    fs::create_directories(dir_);
-    const fs::path tmp = dir_ / ("." + name + ".tmp" + std::to_string(::getpid()));
-    xt::dump_npy(tmp.string(), array);
-    pending_.push_back({tmp, dir_ / name});
+
+  template <class T>
+  void add(const std::string& name, const xt::xtensor<T, 2>& array) {
+    write_npy(staging_ / name, array);
   }
+
   void commit() {
-    for (const auto& f : pending_) fs::rename(f.first, f.second);
-    pending_.clear();
+    if (::renameat2(AT_FDCWD, staging_.c_str(), AT_FDCWD, dir_.c_str(), RENAME_EXCHANGE) == 0) return;
+    if (errno == ENOENT && ::rename(staging_.c_str(), dir_.c_str()) == 0) return;  // no previous outputs
+    if (errno != EINVAL && errno != ENOSYS && errno != ENOENT) fail();
+    const fs::path old = staging_.string() + ".old";
+    if (::rename(dir_.c_str(), old.c_str()) != 0 && errno != ENOENT) fail();
+    if (::rename(staging_.c_str(), dir_.c_str()) != 0) fail();
+    std::error_code ec;
+    fs::remove_all(old, ec);
   }
 
  private:
-  fs::path dir_;
-  std::vector<std::pair<fs::path, fs::path>> pending_;
+  static fs::path normal(const fs::path& dir) {
+    fs::path p = fs::absolute(dir).lexically_normal();
+    return p.has_filename() ? p : p.parent_path();
+  }
+  [[noreturn]] void fail() const {
+    throw UsageError("cannot move the outputs into '" + dir_.string() + "': " + std::strerror(errno));
+  }
+
+  fs::path dir_, staging_;
 };
 
 }  // namespace ssr_route
