@@ -2,6 +2,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <limits>
+#include <vector>
 
 #include "support.hpp"
 
@@ -118,5 +120,34 @@ TEST_CASE("evaluation ignores seed, noise and p", "[selective][noise]") {
     CHECK(r.experts == plain.experts);
     CHECK(r.weights == plain.weights);
     CHECK(r.noise == std::vector<float>(m * n, 0.0f));
+  }
+}
+
+TEMPLATE_TEST_CASE("extreme logits under a huge noise amplitude route without NaN", "[noise][numerics]", float, double) {
+  // The logits +-max beside tiny and denormal ones make a shifted cost of -inf; a noise amplitude near
+  // the type's maximum makes alpha * eps infinite. Each is clamped before they meet (found by fuzz_route).
+  using T = TestType;
+  const index_t m = 37, n = 34;
+  std::vector<T> s(static_cast<std::size_t>(m * n), T(0));
+  s[0] = std::numeric_limits<T>::denorm_min();
+  s[2] = -std::numeric_limits<T>::max();
+  s[3] = std::numeric_limits<T>::max();
+  const double alpha = 0.5 * static_cast<double>(std::numeric_limits<T>::max());
+  for (const int k : {2, 32}) {
+    for (const double xi : {0.5, 1e30}) {
+      const auto out = test::route(ssr::make_ssr(k, Cost::linear, 1.0, {xi, 0.5, 110}, alpha, 10.0), s, m, n,
+                                   Context::train(2460215669ULL, 3654863366U, 960799413U));
+      INFO("k " << k << " xi " << xi);
+      REQUIRE(out.info.path == ssr::Path::sinkhorn);
+      CHECK(std::isfinite(out.info.marginal_error));
+      for (index_t i = 0; i < m; ++i) {
+        double sum = 0;
+        for (index_t r = 0; r < k; ++r) {
+          REQUIRE(std::isfinite(out.weight(i, r)));
+          sum += static_cast<double>(out.weight(i, r));
+        }
+        CHECK(sum == Approx(1.0).epsilon(1e-3));
+      }
+    }
   }
 }

@@ -39,10 +39,14 @@ SSR_HD inline double shifted_cost(Cost cost, double s, const CostShift& shift) {
   return cost == Cost::linear ? s - shift.top : std::exp(s - shift.top) / shift.sum - 1.0 / shift.sum;
 }
 
-// x_ij = clamp(shifted cost + z, -B, B), B = cost_bound<T>(); z is the noise alpha * eps_ij, null for none.
+// x_ij = clamp(clamp(shifted cost) + clamp(z)) in [-B, B], B = cost_bound<T>(); z is the noise
+// alpha * eps_ij, null for none. Each term is clamped before the sum, so that an infinite shifted cost
+// (a logit of -DBL_MAX beside one of +DBL_MAX) and an infinite noise (a huge alpha) never meet as
+// inf - inf; for terms inside [-B, B] the inner clamps change nothing.
 template <class T>
 SSR_HD double cost_value(double shifted, const double* z) {
-  return clamp(z ? shifted + *z : shifted, -cost_bound<T>(), cost_bound<T>());
+  const double b = cost_bound<T>(), c = clamp(shifted, -b, b);
+  return z ? clamp(c + clamp(*z, -b, b), -b, b) : c;
 }
 
 // The kernel's shift of a row: max(-B, max_j x(j)).

@@ -63,7 +63,7 @@ struct Simd {
   }
 
   // Row i of the kernel padded with -inf: k[j] = math::kernel_value(x_j, math::kernel_shift(x), xi) with
-  // x_j = math::cost_value(math::shifted_cost(S_ij) + z_j), in chunks of W doubles. s_buf (np elements of
+  // x_j = math::cost_value(math::shifted_cost(S_ij), z_j), in chunks of W doubles. s_buf (np elements of
   // T) and x (np doubles) are scratch; z is the noise padded with zeros, or null.
   static void kernel_row(const T* s, index_t n, index_t np, const RouteSpec& spec, const double* z, T* s_buf, double* x,
                          T* kernel) {
@@ -101,9 +101,8 @@ struct Simd {
       // The padding's x is -inf or -1/sum before clamping and at most max x after: it changes no maximum.
       DChunk xmax = DChunk::Constant(-bound);
       for (index_t c = 0; c < np; c += W) {
-        DChunk xc = At<const DChunk>(x + c);
-        if (z) xc += At<const DChunk>(z + c);
-        xc = xc.max(-bound).min(bound);
+        DChunk xc = At<const DChunk>(x + c).max(-bound).min(bound);
+        if (z) xc = (xc + At<const DChunk>(z + c).max(-bound).min(bound)).max(-bound).min(bound);
         At<DChunk>(x + c) = xc;
         xmax = xmax.max(xc);
       }
