@@ -2,7 +2,8 @@
 # Installs the Debian packages ssr builds, tests and benchmarks with. Safe to run again.
 # --python adds Python's venv and headers, for the PyTorch package (scripts/python-env.sh installs torch
 # from PyPI into .venv); --lint adds clang-format and clang-tidy (-DSSR_LINT=ON); --mpi adds Open MPI
-# (-DSSR_ENABLE_MPI=ON).
+# (-DSSR_ENABLE_MPI=ON); --fuzz adds clang, its sanitizer runtimes and LLVM's OpenMP (the fuzz and tsan
+# presets).
 set -euo pipefail
 packages=(cmake ninja-build g++ libeigen3-dev xtensor-dev catch2 librandom123-dev libbenchmark-dev)
 for option in "$@"; do
@@ -10,6 +11,7 @@ for option in "$@"; do
     --python) packages+=(python3-venv python3-dev) ;;
     --lint) packages+=(clang-format clang-tidy) ;;
     --mpi) packages+=(libopenmpi-dev openmpi-bin) ;;
+    --fuzz) packages+=(clang libclang-rt-14-dev libomp-14-dev) ;;
     *) echo "install-deps.sh: unknown option $option" >&2; exit 2 ;;
   esac
 done

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 
 #include <cstdint>
 #include <cstdio>
@@ -162,12 +163,10 @@ inline std::uint64_t little_endian(const unsigned char* b, int width) {
 
 }  // namespace npy_detail
 
-// Reads and checks the header of the .npy file at path (see NpyHeader), with the file's size.
-inline NpyHeader read_npy_header(const std::string& path, std::ifstream& in) {
+// Reads and checks the header of a .npy file of file_size bytes from in, at its start (see NpyHeader);
+// path names the file in errors.
+inline NpyHeader read_npy_header(std::istream& in, std::uint64_t file_size, const std::string& path) {
   const auto fail = [&](const std::string& what) -> void { throw UsageError("'" + path + "': " + what); };
-  std::error_code ec;
-  const std::uint64_t file_size = fs::file_size(path, ec);
-  if (ec) fail("cannot read its size (" + ec.message() + ")");
   unsigned char lead[12] = {};
   in.read(reinterpret_cast<char*>(lead), 10);
   if (!in || std::memcmp(lead, "\x93NUMPY", 6) != 0) fail("not a .npy file (no \\x93NUMPY magic string)");
@@ -203,18 +202,25 @@ inline NpyHeader read_npy_header(const std::string& path, std::ifstream& in) {
   return h;
 }
 
+// The size of the file at path, for read_npy_header.
+inline std::uint64_t file_size_of(const std::string& path) {
+  std::error_code ec;
+  const std::uint64_t size = fs::file_size(path, ec);
+  if (ec) throw UsageError("'" + path + "': cannot read its size (" + ec.message() + ")");
+  return size;
+}
+
 inline NpyHeader read_npy_header(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError("cannot open '" + path + "'");
-  return read_npy_header(path, in);
+  return read_npy_header(in, file_size_of(path), path);
 }
 
-// A 2-d float32 or float64 .npy file as a row-major T matrix: any byte order, C or Fortran order.
+// A 2-d float32 or float64 .npy file of file_size bytes read from in as a row-major T matrix: any byte
+// order, C or Fortran order. what and path name the file in errors.
 template <class T>
-xt::xtensor<T, 2> load_matrix(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError(std::string(what) + ": cannot open '" + path + "'");
-  const NpyHeader h = read_npy_header(path, in);
+xt::xtensor<T, 2> read_matrix(std::istream& in, std::uint64_t file_size, const std::string& path, const char* what) {
+  const NpyHeader h = read_npy_header(in, file_size, path);
   if (h.shape.size() != 2)
     throw UsageError(std::string(what) + " '" + path + "' has " + std::to_string(h.shape.size()) + " dimensions; expected 2");
   const std::uint64_t rows = h.shape[0], cols = h.shape[1], count = rows * cols;
@@ -239,9 +245,19 @@ xt::xtensor<T, 2> load_matrix(const std::string& path, const char* what) {
       std::memcpy(&v, b, 8);
     }
     const std::uint64_t r = h.fortran_order ? e % rows : e / cols, c = h.fortran_order ? e / rows : e % cols;
-    out(r, c) = static_cast<T>(v);
+    // A double beyond T's range becomes an infinity (as IEEE rounding gives; the cast itself would be
+    // undefined), for the router's checks to reject.
+    const bool beyond = std::isfinite(v) && std::fabs(v) > static_cast<double>(std::numeric_limits<T>::max());
+    out(r, c) = beyond ? std::copysign(std::numeric_limits<T>::infinity(), static_cast<T>(v > 0 ? 1 : -1)) : static_cast<T>(v);
   }
   return out;
+}
+
+template <class T>
+xt::xtensor<T, 2> load_matrix(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(std::string(what) + ": cannot open '" + path + "'");
+  return read_matrix<T>(in, file_size_of(path), path, what);
 }
 
 inline std::string json_number(double v) {

@@ -1,0 +1,151 @@
+// libFuzzer target: Router::route and ssr::backward on the CPU backend, through every router by name, with
+// arbitrary shapes, strides, parameters and values (infinities, NaN, denormals, huge and tiny xi). A call
+// either succeeds or throws ssr::Error before writing; a successful call on finite logits gives experts in
+// range, each at most once per row, finite weights summing to 1 per row, and a load that counts them.
+#include <fuzzer/FuzzedDataProvider.h>
+#include <ssr/router.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace {
+
+// A property that failed: named on stderr, then a crash for libFuzzer to keep the input.
+#define SSR_FUZZ_CHECK(condition)                                                         \
+  do {                                                                                    \
+    if (!(condition)) {                                                                   \
+      std::fprintf(stderr, "fuzz_route: %s failed (line %d)\n", #condition, __LINE__);  \
+      __builtin_trap();                                                                   \
+    }                                                                                     \
+  } while (false)
+
+template <class T>
+T any_value(FuzzedDataProvider& in) {
+  switch (in.ConsumeIntegralInRange<int>(0, 9)) {
+    case 0: return std::numeric_limits<T>::quiet_NaN();
+    case 1: return std::numeric_limits<T>::infinity() * (in.ConsumeBool() ? 1 : -1);
+    case 2: return std::numeric_limits<T>::denorm_min() * in.ConsumeIntegralInRange<int>(-3, 3);
+    case 3: return std::numeric_limits<T>::max() * (in.ConsumeBool() ? 1 : -1);
+    case 4: {  // any bit pattern
+      T v;
+      const auto bits = in.ConsumeBytes<unsigned char>(sizeof(T));
+      std::vector<unsigned char> b(sizeof(T), 0);
+      std::copy(bits.begin(), bits.end(), b.begin());
+      std::memcpy(&v, b.data(), sizeof(T));
+      return v;
+    }
+    default: return static_cast<T>(in.ConsumeFloatingPointInRange<double>(-30.0, 30.0));
+  }
+}
+
+double any_parameter(FuzzedDataProvider& in) {
+  static const double picks[] = {0.5,  1e-300, 1e-30, 1e-6, 1e-3, 0.1,  1.0, 10.0, 1e6, 1e30, 1e300, 0.0, -1.0,
+                                 std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()};
+  return in.ConsumeBool() ? in.PickValueInArray(picks) : in.ConsumeFloatingPoint<double>();
+}
+
+template <class T>
+void fuzz(FuzzedDataProvider& in) {
+  const ssr::index_t m = in.ConsumeIntegralInRange<ssr::index_t>(0, 48), n = in.ConsumeIntegralInRange<ssr::index_t>(1, 40);
+  const ssr::index_t stride = n + in.ConsumeIntegralInRange<ssr::index_t>(0, 3);
+  ssr::RouterConfig config;
+  static const char* const routers[] = {"softmax", "sinkhorn", "ssr", "selective"};
+  config.router = in.PickValueInArray(routers);
+  config.k = in.ConsumeIntegralInRange<int>(-1, static_cast<int>(n) + 1);
+  config.cost = in.ConsumeBool() ? ssr::Cost::linear : ssr::Cost::softmax;
+  config.weights = in.ConsumeBool() ? ssr::Weights::plan : ssr::Weights::scores;
+  config.sinkhorn = {any_parameter(in), any_parameter(in), in.ConsumeIntegralInRange<int>(-1, 120)};
+  config.p = in.ConsumeBool() ? in.ConsumeProbability<double>() : any_parameter(in);
+  config.noise_alpha = in.ConsumeBool() ? 0.0 : any_parameter(in);
+  config.noise_sigma = in.ConsumeBool() ? 1.0 : any_parameter(in);
+  const bool training = in.ConsumeBool(), checked = in.ConsumeBool();
+  const ssr::Context ctx = training ? ssr::Context::train(in.ConsumeIntegral<std::uint32_t>(), in.ConsumeIntegral<std::uint32_t>(),
+                                                          in.ConsumeIntegral<std::uint32_t>())
+                                    : ssr::Context::eval();
+  std::vector<T> logits(static_cast<std::size_t>(m * stride));
+  bool finite = true;
+  for (ssr::index_t i = 0; i < m; ++i) {
+    for (ssr::index_t j = 0; j < n; ++j) {
+      const T v = in.remaining_bytes() > 0 ? any_value<T>(in) : T(0);
+      logits[static_cast<std::size_t>(i * stride + j)] = v;
+      finite = finite && std::isfinite(v);
+    }
+  }
+
+  ssr::SSRPolicy policy;
+  try {
+    policy = ssr::make_policy(config);
+  } catch (const ssr::Error&) {
+    return;
+  }
+  const ssr::index_t k = config.k;
+  ssr::Router<ssr::SSRPolicy, ssr::CpuBackend<T>> router(policy, ssr::CpuBackend<T>(1));
+  std::vector<std::int32_t> experts(static_cast<std::size_t>(m * k), -7), load(static_cast<std::size_t>(n), -7);
+  std::vector<T> weights(static_cast<std::size_t>(m * k)), plan(static_cast<std::size_t>(m * n)),
+      noise(static_cast<std::size_t>(m * n));
+  ssr::RouteOutputs<T> out{{experts.data(), m, k}, {weights.data(), m, k}, {load.data(), n}};
+  if (in.ConsumeBool()) out.plan = {plan.data(), m, n};
+  if (in.ConsumeBool()) out.noise = {noise.data(), m, n};
+  auto options = typename ssr::Router<ssr::SSRPolicy, ssr::CpuBackend<T>>::options_type{};
+  if (!checked) options.unchecked();
+  ssr::RouteInfo info;
+  try {
+    info = router.route({logits.data(), m, n, stride}, ctx, out, options);
+  } catch (const ssr::Error&) {
+    SSR_FUZZ_CHECK(experts.empty() || experts[0] == -7);  // nothing written before an error
+    return;
+  }
+  SSR_FUZZ_CHECK(!checked || finite);
+  if (finite) {
+    std::vector<std::int64_t> counted(static_cast<std::size_t>(n), 0);
+    for (ssr::index_t i = 0; i < m; ++i) {
+      double sum = 0;
+      for (ssr::index_t a = 0; a < k; ++a) {
+        const std::int32_t e = experts[static_cast<std::size_t>(i * k + a)];
+        SSR_FUZZ_CHECK(e >= 0 && e < n);
+        for (ssr::index_t b = 0; b < a; ++b) SSR_FUZZ_CHECK(experts[static_cast<std::size_t>(i * k + b)] != e);
+        const T w = weights[static_cast<std::size_t>(i * k + a)];
+        SSR_FUZZ_CHECK(std::isfinite(w) && w >= 0);
+        sum += static_cast<double>(w);
+        ++counted[static_cast<std::size_t>(e)];
+      }
+      SSR_FUZZ_CHECK(std::fabs(sum - 1) < 1e-3);
+    }
+    for (ssr::index_t j = 0; j < n; ++j) SSR_FUZZ_CHECK(counted[static_cast<std::size_t>(j)] == load[static_cast<std::size_t>(j)]);
+  }
+
+  // The backward of that call, on arbitrary dL/dw.
+  std::vector<T> grad_w(static_cast<std::size_t>(m * k)), grad_s(static_cast<std::size_t>(m * n));
+  bool grad_finite = true;
+  for (auto& g : grad_w) {
+    g = in.remaining_bytes() > 0 ? any_value<T>(in) : T(1);
+    grad_finite = grad_finite && std::isfinite(g);
+  }
+  try {
+    router.backward(info, {experts.data(), m, k}, {weights.data(), m, k}, {grad_w.data(), m, k}, {grad_s.data(), m, n},
+                    options);
+  } catch (const ssr::Error&) {
+    SSR_FUZZ_CHECK(!finite || !grad_finite || !checked);
+    return;
+  }
+  if (finite && grad_finite) {
+    for (const T g : grad_s) SSR_FUZZ_CHECK(!std::isnan(g));
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  FuzzedDataProvider in(data, size);
+  if (in.ConsumeBool()) {
+    fuzz<float>(in);
+  } else {
+    fuzz<double>(in);
+  }
+  return 0;
+}
