@@ -1,11 +1,14 @@
 // After warm-up, a routing call and its backward on the CPU allocate nothing: every heap allocation of the
-// process (malloc and its relatives, which operator new and Eigen use) is counted while a call runs.
+// process (malloc and its relatives, which operator new and Eigen use) is counted while a call runs. And an
+// allocation that fails (the allocator refusing large blocks) is an ssr::RuntimeError, not a crash.
 #include <catch2/catch.hpp>
 
 #include <ssr/router.hpp>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 extern "C" {
@@ -18,21 +21,29 @@ void* __libc_memalign(std::size_t, std::size_t);
 namespace {
 std::atomic<bool> counting{false};
 std::atomic<long> allocations{0};
+std::atomic<std::size_t> refused_from{SIZE_MAX};  // blocks of this many bytes or more are refused
 void* counted(void* p) {
   if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
   return p;
 }
+bool refused(std::size_t size) { return size >= refused_from.load(std::memory_order_relaxed); }
 }  // namespace
 
-// The process's allocation functions, forwarding to glibc's and counting.
+// The process's allocation functions, forwarding to glibc's, counting, and refusing when told to.
 extern "C" {
-void* malloc(std::size_t size) noexcept { return counted(__libc_malloc(size)); }
-void* calloc(std::size_t count, std::size_t size) noexcept { return counted(__libc_calloc(count, size)); }
-void* realloc(void* p, std::size_t size) noexcept { return counted(__libc_realloc(p, size)); }
-void* aligned_alloc(std::size_t alignment, std::size_t size) noexcept { return counted(__libc_memalign(alignment, size)); }
-void* memalign(std::size_t alignment, std::size_t size) noexcept { return counted(__libc_memalign(alignment, size)); }
+void* malloc(std::size_t size) noexcept { return refused(size) ? nullptr : counted(__libc_malloc(size)); }
+void* calloc(std::size_t count, std::size_t size) noexcept {
+  return refused(count * size) ? nullptr : counted(__libc_calloc(count, size));
+}
+void* realloc(void* p, std::size_t size) noexcept { return refused(size) ? nullptr : counted(__libc_realloc(p, size)); }
+void* aligned_alloc(std::size_t alignment, std::size_t size) noexcept {
+  return refused(size) ? nullptr : counted(__libc_memalign(alignment, size));
+}
+void* memalign(std::size_t alignment, std::size_t size) noexcept {
+  return refused(size) ? nullptr : counted(__libc_memalign(alignment, size));
+}
 int posix_memalign(void** p, std::size_t alignment, std::size_t size) noexcept {
-  *p = counted(__libc_memalign(alignment, size));
+  *p = refused(size) ? nullptr : counted(__libc_memalign(alignment, size));
   return *p ? 0 : 12;  // ENOMEM
 }
 }
@@ -94,4 +105,31 @@ TEST_CASE("the counter sees allocations", "[allocation]") {
   int* (*volatile make)() = [] { return new int(3); };
   CHECK(allocations_in([&] { std::free(allocate(10)); }) == 1);
   CHECK(allocations_in([&] { delete make(); }) == 1);
+}
+
+TEST_CASE("an allocation that fails is an ssr::RuntimeError, nothing is written, and the router works after",
+          "[allocation]") {
+  const ssr::index_t m = 20000, n = 16, k = 2;
+  std::vector<float> s(static_cast<std::size_t>(m * n), 0.25f), w(static_cast<std::size_t>(m * k), -1.0f);
+  std::vector<std::int32_t> experts(w.size(), -1), load(static_cast<std::size_t>(n), -1);
+  const ssr::RouteOutputs<float> out{{experts.data(), m, k}, {w.data(), m, k}, {load.data(), n}};
+  for (int threads : {1, 2}) {
+    ssr::Router<ssr::SinkhornTopK> router{ssr::SinkhornTopK(static_cast<int>(k)), ssr::CpuBackend<float>(threads)};
+    refused_from = router.workspace_bytes(m, n) / 2;  // the call's own workspace cannot be had
+    try {
+      router.route({s.data(), m, n}, ssr::Context::train(0), out);
+      refused_from = SIZE_MAX;
+      FAIL("the call succeeded without its workspace");
+    } catch (const ssr::RuntimeError& e) {
+      refused_from = SIZE_MAX;
+      CHECK(std::string(e.what()).find("cannot allocate") != std::string::npos);
+    }
+    CHECK(experts[0] == -1);
+    CHECK(load[0] == -1);
+    const auto info = router.route({s.data(), m, n}, ssr::Context::train(0), out);
+    CHECK(info.path == ssr::Path::sinkhorn);
+    CHECK(load[0] + load[1] > 0);
+    std::fill(experts.begin(), experts.end(), -1);
+    std::fill(load.begin(), load.end(), -1);
+  }
 }

@@ -100,3 +100,17 @@ TEST_CASE("backward rejects bad experts and non-finite gradients", "[errors]") {
                     Contains("grad_logits has shape 2x4, expected 3x4"));
   CHECK(grad == std::vector<float>(m * n, -3.0f));
 }
+
+TEST_CASE("shapes whose sizes would overflow 64 bits are rejected before anything is touched or allocated", "[errors]") {
+  // Views of a one-element buffer claiming 2^40 x 2^20 logits, given to the backend's Router as they are
+  // (no copies to a device): only the shape is read.
+  float one = 0;
+  std::int32_t e = -7;
+  test::Router<ssr::SoftmaxTopK, float> router(ssr::SoftmaxTopK(2));
+  const index_t m = index_t{1} << 40, n = index_t{1} << 20;
+  const ssr::RouteOutputs<float> out{{&e, m, 2}, {&one, m, 2}};
+  REQUIRE_THROWS_WITH(router.inner().route({&one, m, n}, Context::train(0), out), Contains("spans more than 2^56 elements"));
+  CHECK(e == -7);
+  REQUIRE_THROWS_WITH(router.inner().route({&one, 4, 8, index_t{1} << 62}, Context::train(0), {{&e, 4, 2}, {&one, 4, 2}}),
+                      Contains("spans more than 2^56 elements"));
+}

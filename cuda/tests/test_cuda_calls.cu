@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include <atomic>
+#include <string>
 #include <chrono>
 #include <thread>
 
@@ -169,4 +170,27 @@ TEST_CASE("two backends give the same bits: no order of addition depends on sche
   CHECK(a.weights == b.weights);
   CHECK(a.plan == b.plan);
   CHECK(a.info.marginal_error == b.info.marginal_error);
+}
+
+TEST_CASE("a CUDA runtime failure is an ssr::cuda::CudaError, a RuntimeError and no argument error", "[cuda]") {
+  try {
+    ssr::cuda::check(cudaErrorMemoryAllocation, "a test");
+    FAIL("no error");
+  } catch (const ssr::cuda::CudaError& e) {
+    CHECK(e.code() == cudaErrorMemoryAllocation);
+    CHECK(std::string(e.what()).find("CUDA error in a test") != std::string::npos);
+  }
+  // A valid shape whose own workspace the device cannot hold (2^36 x 16 floats, unchecked so that nothing
+  // reads the logits first): the allocation fails with the outputs untouched, and the router works after.
+  DeviceCall<float> call(std::vector<float>(64 * 16, 0.5f), 64, 16, 2);
+  ssr::Router<ssr::SinkhornTopK, ssr::CudaBackend<float>> router(ssr::SinkhornTopK(2));
+  const index_t huge = index_t{1} << 36;
+  const ssr::RouteOutputs<float> out{{static_cast<std::int32_t*>(call.experts.data()), huge, 2},
+                                     {static_cast<float*>(call.weights.data()), huge, 2}};
+  CHECK_THROWS_AS(router.route({static_cast<const float*>(call.logits.data()), huge, 16}, Context::train(0), out,
+                               Options{}.unchecked()),
+                  ssr::RuntimeError);
+  cudaGetLastError();  // the failed allocation's error is not sticky; clear it for what follows
+  const auto info = router.route(call.in(), Context::train(0), call.out(), Options{}.waiting());
+  CHECK(info.path == ssr::Path::sinkhorn);
 }

@@ -15,6 +15,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <new>
 #include <string>
 
 #include "job.hpp"
@@ -123,6 +124,8 @@ int main(int argc, char** argv) {
 #endif
   try {
     return run_here(parse(argc, argv));
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "ssr-route: out of memory\n");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ssr-route: %s\n", e.what());
   }

@@ -15,6 +15,13 @@ class Error : public std::invalid_argument {
   explicit Error(const std::string& what) : std::invalid_argument("ssr: " + what) {}
 };
 
+// Thrown when the machine fails a valid call: memory that cannot be allocated, a CUDA runtime, MPI or NCCL
+// error. Nothing about the arguments; the call may succeed later (e.g. with memory freed).
+class RuntimeError : public std::runtime_error {
+ public:
+  explicit RuntimeError(const std::string& what) : std::runtime_error("ssr: " + what) {}
+};
+
 namespace detail {
 
 // An element's name in a message: name[i] of a vector, name(i, j) of a matrix.

@@ -13,11 +13,18 @@ namespace ssr {
 namespace detail {
 
 // Checks a view has the expected shape and a valid stride; name is the argument's name in the message.
+// The most elements a view may span: 2^56, so that a call's sizes in bytes, workspace included, fit in 63 bits.
+constexpr index_t max_view_elements = index_t{1} << 56;
+
 template <class T>
 void require_shape(const MatrixView<T>& v, const char* name, index_t rows, index_t cols) {
   if (v.data == nullptr) fail(name, " is null");
   if (v.rows != rows || v.cols != cols) fail(name, " has shape ", v.rows, "x", v.cols, ", expected ", rows, "x", cols);
   if (v.stride < v.cols) fail("invalid ", name, ".stride = ", v.stride, ": must be at least its column count ", v.cols);
+  // Every size a call derives from a shape (elements, bytes, workspace of a few doubles per element)
+  // stays within 64 bits: larger views are rejected here, before anything is allocated.
+  if (v.rows > max_view_elements / v.stride)
+    fail(name, " of ", v.rows, "x", v.cols, " (stride ", v.stride, ") spans more than 2^56 elements");
 }
 
 template <class T>

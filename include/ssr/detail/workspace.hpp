@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <new>
 
 #include "ssr/call.hpp"
 #include "ssr/error.hpp"
@@ -51,14 +52,20 @@ inline void require_workspace(const Workspace& w, std::size_t needed) {
 }
 
 // The layout of a call in its workspace: the caller's (checked to hold the `needed` bytes), or else the
-// backend's own, which grow(needed) makes room for and returns.
+// backend's own, which grow(needed) makes room for and returns. A failed allocation is a RuntimeError.
 template <class Grow>
 Carve carve_workspace(const Workspace& caller, std::size_t needed, Grow&& grow) {
   if (!caller.empty()) {
     require_workspace(caller, needed);
     return Carve(caller.data, caller.bytes);
   }
-  return Carve(grow(needed), needed);
+  void* own = nullptr;
+  try {
+    own = grow(needed);
+  } catch (const std::bad_alloc&) {
+    throw RuntimeError(concat("cannot allocate ", needed, " bytes of workspace (free memory, or pass a workspace)"));
+  }
+  return Carve(own, needed);
 }
 
 }  // namespace detail

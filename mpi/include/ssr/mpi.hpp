@@ -40,7 +40,7 @@ class MpiCommunicator final : public Communicator<HostStream> {
 
  private:
   static void check(int status, const char* what) {
-    if (status != MPI_SUCCESS) detail::fail("MPI error ", status, " in ", what);
+    if (status != MPI_SUCCESS) throw RuntimeError(detail::concat("MPI error ", status, " in ", what));
   }
   static int to_int(std::size_t count) {
     detail::require(count <= static_cast<std::size_t>(INT_MAX), "count", count, "must fit in an MPI count");

@@ -49,7 +49,8 @@ class NcclCommunicator final : public Communicator<cudaStream_t> {
   static constexpr std::size_t staging_count = 64;
 
   static void check(ncclResult_t status, const char* what) {
-    if (status != ncclSuccess) detail::fail("NCCL error in ", what, ": ", ncclGetErrorString(status));
+    if (status != ncclSuccess)
+      throw RuntimeError(detail::concat("NCCL error in ", what, ": ", ncclGetErrorString(status)));
   }
 
   ncclComm_t comm_;
