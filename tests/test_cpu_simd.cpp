@@ -32,7 +32,7 @@ TEMPLATE_TEST_CASE("the vector kernel row is math::cost_row then math::kernel_ro
   std::normal_distribution<double> normal;
   for (index_t n : {1, 2, 7, 8, 9, 16, 33, 100}) {
     for (ssr::Cost cost : {ssr::Cost::linear, ssr::Cost::softmax}) {
-      for (double alpha : {0.0, 0.7}) {
+      for (double alpha : {0.0, 0.7, 1e3, 1e300}) {  // noise beyond -1/sum and beyond the bound
         for (double scale : {1e-3, 1.0, 30.0, 1e30}) {
           ssr::RouteSpec spec;
           spec.cost = cost;

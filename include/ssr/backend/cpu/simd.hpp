@@ -97,8 +97,10 @@ struct Simd {
         std::fill(x + n, x + np, 0.0);
         const double shift = 1.0 / sum;
         for (index_t c = 0; c < np; c += W) At<DChunk>(x + c) = At<const DChunk>(x + c) / sum - shift;
+        std::fill(x + n, x + np, -std::numeric_limits<double>::infinity());
       }
-      // The padding's x is -inf or -1/sum before clamping and at most max x after: it changes no maximum.
+      // The padding's x is -inf before clamping and -bound after: it changes no maximum, even where noise
+      // pushes every real x of the row below the softmax cost's -1/sum (found by fuzz_route).
       DChunk xmax = DChunk::Constant(-bound);
       for (index_t c = 0; c < np; c += W) {
         DChunk xc = At<const DChunk>(x + c).max(-bound).min(bound);
