@@ -2,6 +2,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <limits>
+#include <vector>
 
 #include "support.hpp"
 
@@ -102,4 +104,28 @@ TEST_CASE("the load-balancing loss is n * sum f_j P_j", "[losses]") {
   s = {3, 0, 3, 0};  // P_0 = e^3/(1+e^3)
   CHECK(ssr::load_balancing_loss<float>({s.data(), 2, 2}, {e.data(), 2, 1}) == Approx(2 * std::exp(3.0) / (1 + std::exp(3.0))));
   CHECK(ssr::z_loss<float>({s.data(), 2, 2}) == Approx(std::pow(std::log(1 + std::exp(3.0)), 2)));
+}
+
+TEMPLATE_TEST_CASE("backward of extreme gradients has no NaN: a zero weight passes zero", "[backward][numerics]", float,
+                   double) {
+  // One dominant logit gives weights (1, 0, 0, 0); dL/dw of +-max makes g - sum_r w_r g_r overflow, which
+  // times a zero weight was a NaN (found by fuzz_route).
+  using T = TestType;
+  const index_t m = 3, n = 4, k = 4;
+  const T big = std::numeric_limits<T>::max();
+  std::vector<T> s = {0, 10, 30, big, 1, 2, 3, 4, -big, 0, 0, big};
+  std::vector<T> g = {big, -big, big, -big, 1, -1, 2, -2, -big, -big, big, big};
+  test::Router<ssr::SoftmaxTopK, T> router(ssr::SoftmaxTopK(static_cast<int>(k)));
+  test::Routed<T> r(m, n, k);
+  r.info = router.route({s.data(), m, n}, Context::train(0), r.outputs());
+  std::vector<T> grad(static_cast<std::size_t>(m * n));
+  router.backward(r.info, {r.experts.data(), m, k}, {r.weights.data(), m, k}, {g.data(), m, k}, {grad.data(), m, n});
+  for (index_t i = 0; i < m; ++i) {
+    for (index_t a = 0; a < k; ++a) {
+      const T gs = grad[static_cast<std::size_t>(i * n + r.expert(i, a))];
+      INFO("row " << i << " rank " << a << " weight " << r.weight(i, a) << " dL/dS " << gs);
+      CHECK(!std::isnan(gs));
+      if (r.weight(i, a) == 0) CHECK(gs == 0);
+    }
+  }
 }

@@ -17,7 +17,12 @@ template <class W, class G, class Out>
 SSR_HD void backward_row(int k, const W& w, const G& g, const Out& out) {
   double dot = 0;
   for (int r = 0; r < k; ++r) dot += static_cast<double>(w(r)) * static_cast<double>(g(r));
-  for (int r = 0; r < k; ++r) out(r, static_cast<double>(w(r)) * (static_cast<double>(g(r)) - dot));
+  // w g - w dot, not w (g - dot): with weights in [0, 1] both products are finite for finite g, where
+  // g - dot may overflow and a zero weight would make 0 * inf a NaN (found by fuzz_route).
+  for (int r = 0; r < k; ++r) {
+    const double wr = static_cast<double>(w(r));
+    out(r, wr * static_cast<double>(g(r)) - wr * dot);
+  }
 }
 
 // An assignment backward can use: its expert in [0, n), its weight and gradient finite.
