@@ -14,6 +14,7 @@
 
 #include "npy.hpp"
 #include "options.hpp"
+#include "output.hpp"
 
 namespace ssr_route {
 
