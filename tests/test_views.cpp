@@ -32,3 +32,27 @@ TEST_CASE("Eigen matrices, maps and refs route in place", "[views]") {
   CHECK(std::vector<std::int32_t>(experts.data(), experts.data() + m * k) == expected.experts);
   CHECK(std::vector<float>(weights.data(), weights.data() + m * k) == expected.weights);
 }
+
+// Hidden (8.6 GB of logits; run with ssr_tests "[large]"): a call over more than 2^31 elements indexes in
+// 64 bits. Rows far apart get the experts and weights of the same row routed alone.
+TEST_CASE("a softmax route over more than 2^31 logits", "[.][large]") {
+  const ssr::index_t n = 16, m = (ssr::index_t{1} << 27) + 3, k = 2;  // m * n = 2^31 + 48
+  std::vector<float> s(static_cast<std::size_t>(m * n));
+  for (std::size_t e = 0; e < s.size(); ++e) s[e] = static_cast<float>((e * 2654435761U) % 1000) / 100.0f;
+  std::vector<std::int32_t> experts(static_cast<std::size_t>(m * k)), load(static_cast<std::size_t>(n));
+  std::vector<float> weights(static_cast<std::size_t>(m * k));
+  ssr::Router<ssr::SoftmaxTopK> router(ssr::SoftmaxTopK(static_cast<int>(k)));
+  router.route({s.data(), m, n}, ssr::Context::eval(), {{experts.data(), m, k}, {weights.data(), m, k}, {load.data(), n}});
+  std::int64_t total = 0;
+  for (const auto c : load) total += c;
+  CHECK(total == m * k);
+  for (const ssr::index_t i : {ssr::index_t{0}, ssr::index_t{1} << 26, m - 1}) {
+    std::int32_t e[2];
+    float w[2];
+    router.route({s.data() + i * n, 1, n}, ssr::Context::eval(), {{e, 1, k}, {w, 1, k}});
+    INFO("row " << i);
+    CHECK(experts[static_cast<std::size_t>(i * k)] == e[0]);
+    CHECK(experts[static_cast<std::size_t>(i * k + 1)] == e[1]);
+    CHECK(weights[static_cast<std::size_t>(i * k)] == w[0]);
+  }
+}
