@@ -20,7 +20,7 @@ SSR_HD void backward_row(int k, const W& w, const G& g, const Out& out) {
   // w g - w dot, not w (g - dot): with weights in [0, 1] both products are finite for finite g, where
   // g - dot may overflow and a zero weight would make 0 * inf a NaN (found by fuzz_route).
   for (int r = 0; r < k; ++r) {
-    const double wr = static_cast<double>(w(r));
+    const auto wr = static_cast<double>(w(r));
     out(r, wr * static_cast<double>(g(r)) - wr * dot);
   }
 }
