@@ -73,6 +73,14 @@ std::string npy_payload(const std::vector<double>& values, bool big_endian) {
   return out;
 }
 
+// test::random_logits(m, n, 1, seed, skew) as float, written to path as a .npy file.
+void write_random_logits(const fs::path& path, ssr::index_t m, ssr::index_t n, unsigned seed, double skew) {
+  const auto s = test::random_logits<float>(m, n, 1.0, seed, skew);
+  xt::xtensor<float, 2> logits({static_cast<std::size_t>(m), static_cast<std::size_t>(n)});
+  std::copy(s.begin(), s.end(), logits.begin());
+  xt::dump_npy(path.string(), logits);
+}
+
 std::string slurp_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   std::stringstream ss;
@@ -280,10 +288,7 @@ TEST_CASE("ssr-route reads big-endian and Fortran-ordered .npy files as numpy do
 
 TEST_CASE("ssr-route replaces its output directory as one set: the previous outputs or the new, never a mix", "[tool]") {
   const auto dir = fresh_dir("atomic");
-  const auto s = test::random_logits<float>(5000, 8, 1.0, 9, 2.0);
-  xt::xtensor<float, 2> logits({5000, 8});
-  std::copy(s.begin(), s.end(), logits.begin());
-  xt::dump_npy((dir / "l.npy").string(), logits);
+  write_random_logits(dir / "l.npy", 5000, 8, 9, 2.0);
   const fs::path out = dir / "o";
   const std::string first = "--logits " + (dir / "l.npy").string() + " --out " + out.string() +
                             " --policy sinkhorn --dump-plan --dump-noise --noise-alpha 0.2";
@@ -340,10 +345,7 @@ TEST_CASE("ssr-route replaces its output directory as one set: the previous outp
 TEST_CASE("ssr-route --backend thrust-omp routes as the CPU backend", "[tool][thrust]") {
   const auto dir = fresh_dir("thrust");
   const ssr::index_t m = 500, n = 16;
-  const auto s = test::random_logits<float>(m, n, 1.0, 8, 3.0);
-  xt::xtensor<float, 2> logits({std::size_t(m), std::size_t(n)});
-  std::copy(s.begin(), s.end(), logits.begin());
-  xt::dump_npy((dir / "l.npy").string(), logits);
+  write_random_logits(dir / "l.npy", m, n, 8, 3.0);
   const std::string args = "--logits " + (dir / "l.npy").string() + " --policy sinkhorn --noise-alpha 0.1 --out ";
   const auto cpu = run_tool(args + (dir / "cpu").string(), dir);
   const auto thrust = run_tool(args + (dir / "thrust").string() + " --backend thrust-omp", dir);
@@ -366,10 +368,7 @@ TEST_CASE("ssr-route --backend thrust-omp routes as the CPU backend", "[tool][th
 TEST_CASE("ssr-route --backend cuda routes as the CPU backend, or says why it cannot", "[tool][cuda]") {
   const auto dir = fresh_dir("cuda");
   const ssr::index_t m = 2000, n = 16, k = 2;
-  const auto s = test::random_logits<float>(m, n, 1.0, 9, 3.0);
-  xt::xtensor<float, 2> logits({std::size_t(m), std::size_t(n)});
-  std::copy(s.begin(), s.end(), logits.begin());
-  xt::dump_npy((dir / "l.npy").string(), logits);
+  write_random_logits(dir / "l.npy", m, n, 9, 3.0);
   xt::xtensor<float, 2> g({std::size_t(m), std::size_t(k)});
   for (std::size_t e = 0; e < g.size(); ++e) g.data()[e] = static_cast<float>(e % 7) / 7.0f - 0.4f;
   xt::dump_npy((dir / "g.npy").string(), g);
@@ -416,10 +415,7 @@ TEST_CASE("ssr-route --distributed mpi routes as one process", "[tool][mpi]") {
 #ifdef SSR_ROUTE_HAS_MPI
   const auto dir = fresh_dir("mpi");
   const ssr::index_t m = 1001, n = 16;
-  const auto s = test::random_logits<float>(m, n, 1.0, 12, 3.0);
-  xt::xtensor<float, 2> logits({std::size_t(m), std::size_t(n)});
-  std::copy(s.begin(), s.end(), logits.begin());
-  xt::dump_npy((dir / "l.npy").string(), logits);
+  write_random_logits(dir / "l.npy", m, n, 12, 3.0);
   const std::string mpirun = std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
                              "OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1 " + SSR_MPIEXEC +
                              " -np 3 --oversubscribe ";
