@@ -106,6 +106,7 @@ class Router {
   ssr::RouteInfo route(ssr::ConstMatrixView<T> logits, const ssr::Context& ctx, const ssr::RouteOutputs<T>& out,
                        options_type options = {}) {
     const Mirror<const T> s(logits);
+    const Mirror<const float> bias(ctx.expert_bias);
     const Mirror<std::int32_t> experts(out.experts), load(out.load);
     const Mirror<T> weights(out.weights), plan(out.plan), noise(out.noise);
     const OnExit back{[&] {
@@ -116,16 +117,21 @@ class Router {
       noise.download();
     }};
     options.wait = true;
-    return inner_.route(s.view(), ctx, {experts.view(), weights.view(), load.vector(), plan.view(), noise.view()}, options);
+    return inner_.route(s.view(), ctx.with_bias(bias.vector()), {experts.view(), weights.view(), load.vector(), plan.view(), noise.view()}, options);
   }
 
-  void backward(const ssr::RouteInfo& info, ssr::ConstMatrixView<std::int32_t> experts, ssr::ConstMatrixView<T> weights,
-                ssr::ConstMatrixView<T> grad_weights, ssr::MatrixView<T> grad_logits, options_type options = {}) {
+  void backward(const ssr::RouteInfo& info, ssr::ConstMatrixView<T> logits, ssr::ConstMatrixView<std::int32_t> experts,
+                ssr::ConstMatrixView<T> weights, ssr::ConstMatrixView<T> grad_weights, ssr::MatrixView<T> grad_logits,
+                options_type options = {}) {
     const Mirror<const std::int32_t> e(experts);
-    const Mirror<const T> w(weights), g(grad_weights);
+    const Mirror<const T> s(logits), w(weights), g(grad_weights);
     const Mirror<T> grad(grad_logits);
     const OnExit back{[&] { grad.download(); }};
-    inner_.backward(info, e.view(), w.view(), g.view(), grad.view(), options);
+    inner_.backward(info, s.view(), e.view(), w.view(), g.view(), grad.view(), options);
+  }
+  void backward(const ssr::RouteInfo& info, ssr::ConstMatrixView<std::int32_t> experts, ssr::ConstMatrixView<T> weights,
+                ssr::ConstMatrixView<T> grad_weights, ssr::MatrixView<T> grad_logits, options_type options = {}) {
+    backward(info, ssr::ConstMatrixView<T>{}, experts, weights, grad_weights, grad_logits, options);
   }
 
  private:

@@ -117,3 +117,27 @@ TEST_CASE("wide rows route as on the CPU backend", "[agreement]") {
     REQUIRE(std::abs(c.info.iterations - d.info.iterations) <= 1);
   }
 }
+
+TEMPLATE_TEST_CASE("selections by scores, bias and groups route as on the CPU backend", "[agreement][selection]", float,
+                   double) {
+  for (index_t m : {1, 1000, 5003}) {
+    for (index_t n : {8, 64, 256}) {
+      const auto s = test::random_logits<TestType>(m, n, 2.0, static_cast<unsigned>(m * 7 + n), 1.0);
+      const auto b = test::random_logits<float>(1, n, 0.05, static_cast<unsigned>(n));
+      for (ssr::Score score : {ssr::Score::softmax, ssr::Score::sigmoid}) {
+        for (int groups : {1, 4, 8}) {
+          const int kept = groups == 1 ? 1 : groups / 2, k = std::min<int>(8, kept * static_cast<int>(n) / groups);
+          INFO(test::backend_name << ": m " << m << " n " << n << " score " << ssr::to_string(score) << " groups "
+                                  << groups << " k " << k);
+          const ssr::SoftmaxTopK policy(k, Cost::linear, {score, groups, kept});
+          for (const Context& ctx : {Context::eval(), Context::eval().with_bias({b.data(), n})}) {
+            const auto c = route_cpu(policy, s, m, n, ctx), d = test::route(policy, s, m, n, ctx);
+            REQUIRE(c.experts == d.experts);
+            REQUIRE(largest_difference(c.weights, d.weights) <= libm_tolerance<TestType>());
+            REQUIRE(c.load == d.load);
+          }
+        }
+      }
+    }
+  }
+}

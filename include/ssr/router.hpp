@@ -41,15 +41,23 @@ template <class B>
 struct is_complete<B, std::void_t<decltype(sizeof(B))>> : std::true_type {};
 }  // namespace detail
 
-// dL/dw to dL/dS for the call that produced experts, weights and info, on any backend: the gradient
-// needs the backend and the RouteInfo only. Shapes are checked here, values by the backend (unless
-// options.check_finite is off).
+// dL/dw to dL/dS for the call that produced experts, weights and info from logits, on any backend: the
+// gradient needs the backend and the RouteInfo, and the logits for sigmoid score weights only (may be
+// empty otherwise). Shapes are checked here, values by the backend (unless options.check_finite is off).
+template <class Backend, class T = typename Backend::value_type>
+void backward(Backend& backend, const RouteInfo& info, ConstMatrixView<T> logits, ConstMatrixView<std::int32_t> experts,
+              ConstMatrixView<T> weights, ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits,
+              const typename Backend::options_type& options = {}) {
+  detail::validate_backward(info, logits, experts, weights, grad_weights, grad_logits);
+  if (experts.rows > 0) backend.backward(info, logits, experts, weights, grad_weights, grad_logits, options);
+}
+
+// The same for weights whose gradient does not read the logits (softmax scores, or plan weights).
 template <class Backend, class T = typename Backend::value_type>
 void backward(Backend& backend, const RouteInfo& info, ConstMatrixView<std::int32_t> experts,
               ConstMatrixView<T> weights, ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits,
               const typename Backend::options_type& options = {}) {
-  detail::validate_backward(experts, weights, grad_weights, grad_logits);
-  if (experts.rows > 0) backend.backward(info, experts, weights, grad_weights, grad_logits, options);
+  backward(backend, info, ConstMatrixView<T>{}, experts, weights, grad_weights, grad_logits, options);
 }
 
 template <class Policy, class Backend = CpuBackend<float>>
@@ -115,7 +123,13 @@ class Router {
     return route_as<In>(logits, ctx, out, options);
   }
 
-  // Maps dL/dw (m x k) to dL/dS (m x n) for the call that produced experts, weights and info.
+  // Maps dL/dw (m x k) to dL/dS (m x n) for the call that produced experts, weights and info from
+  // logits. Sigmoid score weights need the logits; the other weights do not (the overload below).
+  void backward(const RouteInfo& info, ConstMatrixView<T> logits, ConstMatrixView<std::int32_t> experts,
+                ConstMatrixView<T> weights, ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits,
+                const options_type& options = {}) {
+    ssr::backward(backend_, info, logits, experts, weights, grad_weights, grad_logits, options);
+  }
   void backward(const RouteInfo& info, ConstMatrixView<std::int32_t> experts, ConstMatrixView<T> weights,
                 ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits, const options_type& options = {}) {
     ssr::backward(backend_, info, experts, weights, grad_weights, grad_logits, options);
@@ -133,7 +147,7 @@ class Router {
                      const options_type& options) {
     RouteSpec spec = policy_.resolve(ctx);
     const auto checks = [&] {
-      detail::validate_route(spec.k, logits, out);
+      detail::validate_route(spec, ctx.expert_bias, logits, out);
       if (!options.workspace.empty())
         detail::require_workspace(options.workspace, backend_.workspace_bytes(spec, logits.rows, logits.cols));
       if (options.check_finite && logits.rows > 0) backend_.check_finite(logits, options);

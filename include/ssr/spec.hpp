@@ -15,12 +15,28 @@ enum class Cost { linear, softmax };
 // Which top-k ran: plain softmax top-k or Sinkhorn top-k.
 enum class Path { softmax, sinkhorn };
 
-// Where the Sinkhorn path takes its weights from: the transport plan (SSR) or softmax of the scores (S-BASE).
+// Where the Sinkhorn path takes its weights from: the transport plan (SSR) or the scores (S-BASE).
 enum class Weights { plan, scores };
+
+// The score function s(S): softmax over the row (today's routers) or an element-wise sigmoid
+// (DeepSeek-V3). Score weights are s over the chosen experts divided by their sum.
+enum class Score { softmax, sigmoid };
 
 inline const char* to_string(Cost c) { return c == Cost::linear ? "linear" : "softmax"; }
 inline const char* to_string(Path p) { return p == Path::softmax ? "softmax" : "sinkhorn"; }
 inline const char* to_string(Weights w) { return w == Weights::plan ? "plan" : "scores"; }
+inline const char* to_string(Score s) { return s == Score::softmax ? "softmax" : "sigmoid"; }
+
+// How the softmax path selects experts. The default (softmax scores, one group) is top-k of the logits;
+// otherwise by the biased scores s(S) + b, among the experts of the best topk_groups of n_groups equal
+// consecutive groups. The bias itself comes with each call (Context::expert_bias).
+struct Selection {
+  Score score = Score::softmax;
+  int n_groups = 1;     // experts in this many equal consecutive groups (1: no groups)
+  int topk_groups = 1;  // keep the experts of this many best groups (= n_groups: every group)
+
+  SSR_HD bool grouped() const { return topk_groups < n_groups; }
+};
 
 struct SinkhornParams {
   double xi = 0.5;      // entropic regularisation
@@ -36,6 +52,9 @@ struct RouteSpec {
   double noise_sigma = 1;
   SinkhornParams sinkhorn;
   Weights weights = Weights::scores;  // the softmax path always uses scores
+  Selection select{};                 // the score function everywhere; groups and bias: softmax path
+  // n per-expert selection biases (the softmax path), in the backend's memory; null: none.
+  const float* bias = nullptr;
   // Random stream coordinates, copied from the context.
   std::uint32_t seed = 0;
   std::uint32_t layer = 0;
@@ -46,6 +65,10 @@ struct RouteSpec {
   std::int64_t total_rows = 0;
 
   SSR_HD bool noisy() const { return noise_alpha > 0; }
+  // Selection by top-k of the logits (or of the noisy cost): no bias, softmax scores, no groups.
+  SSR_HD bool plain_selection() const {
+    return bias == nullptr && select.score == Score::softmax && !select.grouped();
+  }
 };
 
 // A Sinkhorn solve's statistics as a backend writes them, in its own memory (device memory on a GPU).
@@ -59,6 +82,7 @@ struct SolveStats {
 struct RouteInfo {
   Path path = Path::softmax;
   Weights weights = Weights::scores;  // plan weights pass no gradient to the logits
+  Score score = Score::softmax;       // the score function of score weights (backward of sigmoid needs S)
   int iterations = 0;                 // Sinkhorn iterations (0 on the softmax path)
   double marginal_error = 0;          // final normalised L1 column error (0 on the softmax path)
   bool converged = true;              // marginal_error < tol within max_iters
@@ -80,6 +104,7 @@ inline RouteInfo initial_info(const RouteSpec& spec) {
   RouteInfo info;
   info.path = spec.path;
   info.weights = spec.path == Path::sinkhorn ? spec.weights : Weights::scores;
+  info.score = spec.select.score;
   return info;
 }
 

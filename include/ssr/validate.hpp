@@ -33,13 +33,31 @@ void require_size(const VectorView<T>& v, const char* name, index_t size) {
   if (v.size != size) fail(name, " has size ", v.size, ", expected ", size);
 }
 
-// The shapes of a call routing m x n logits with k experts per token into out.
+// What a selection needs of the n experts of a call and its expert bias (the context's, size checked).
+inline void validate_selection(const RouteSpec& spec, index_t n, VectorView<const float> bias) {
+  const Selection& sel = spec.select;
+  if (!bias.empty()) require_size(bias, "expert_bias", n);
+  if (sel.n_groups > 1) {
+    require(n % sel.n_groups == 0, "n_groups", sel.n_groups, "must divide the number of experts n = ", n);
+    const index_t reachable = sel.topk_groups * (n / sel.n_groups);
+    require(spec.k <= reachable, "k", spec.k, "must be at most topk_groups * n / n_groups = ", reachable);
+  }
+  if (spec.path == Path::softmax && spec.noisy() && spec.bias != nullptr)
+    fail("invalid expert_bias: cost noise (alpha = ", spec.noise_alpha,
+         ") perturbs the ranking of the logits, an expert bias that of the scores; use one of them");
+}
+
+// The shapes of a call routing m x n logits with spec.k experts per token into out, with the context's
+// expert bias.
 template <class L, class T>
-void validate_route(int k, ConstMatrixView<L> logits, const RouteOutputs<T>& out) {
+void validate_route(const RouteSpec& spec, VectorView<const float> bias, ConstMatrixView<L> logits,
+                    const RouteOutputs<T>& out) {
   const index_t m = logits.rows, n = logits.cols;
+  const int k = spec.k;
   require(n >= 1, "logits.cols", n, "must be at least 1 (the number of experts)");
   require(m >= 0, "logits.rows", m, "must be >= 0");
   require(k <= n, "k", k, "must be at most the number of experts n = ", n);
+  validate_selection(spec, n, bias);
   if (m > 0) {
     require_shape(logits, "logits", m, n);
     require_shape(out.experts, "experts", m, k);
@@ -50,10 +68,16 @@ void validate_route(int k, ConstMatrixView<L> logits, const RouteOutputs<T>& out
   if (!out.load.empty()) require_size(out.load, "load", n);
 }
 
-// The shapes of a backward call: experts, weights and grad_weights m x k, grad_logits m x n.
+// True when the backward of this call's weights reads the logits: sigmoid score weights.
+inline bool backward_reads_logits(const RouteInfo& info) {
+  return info.weights == Weights::scores && info.score == Score::sigmoid;
+}
+
+// The shapes of a backward call: experts, weights and grad_weights m x k, grad_logits (and the logits,
+// when the gradient reads them) m x n.
 template <class T>
-void validate_backward(ConstMatrixView<std::int32_t> experts, ConstMatrixView<T> weights,
-                       ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits) {
+void validate_backward(const RouteInfo& info, ConstMatrixView<T> logits, ConstMatrixView<std::int32_t> experts,
+                       ConstMatrixView<T> weights, ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits) {
   const index_t m = experts.rows, n = grad_logits.cols, k = experts.cols;
   require(n >= 1, "grad_logits.cols", n, "must be at least 1 (the number of experts)");
   require(k >= 1 && k <= n, "experts.cols", k, "must be in [1, n = ", n, "]");
@@ -62,6 +86,10 @@ void validate_backward(ConstMatrixView<std::int32_t> experts, ConstMatrixView<T>
   require_shape(weights, "weights", m, k);
   require_shape(grad_weights, "grad_weights", m, k);
   require_shape(grad_logits, "grad_logits", m, n);
+  if (backward_reads_logits(info)) {
+    if (logits.empty()) fail("the gradient of sigmoid score weights needs the call's logits: pass them to backward");
+    require_shape(logits, "logits", m, n);
+  }
 }
 
 // The error for a non-finite logit found at (i, j).

@@ -1,27 +1,32 @@
 // The gradient of DESIGN section 1: dL/dS from dL/dw for one token. With score weights (softmax path,
-// S-BASE) dL/dS_ij = w_ij (g_ij - sum_r w_ir g_ir) on the chosen experts and 0 elsewhere; plan weights
-// pass no gradient (the paper's stop-gradient), so their dL/dS is 0. Noise is a constant.
+// S-BASE) dL/dS_ij = w_ij (g_ij - sum_r w_ir g_ir) on the chosen experts and 0 elsewhere, times
+// d log s / dS_ij for sigmoid scores (1 - sigmoid(S_ij)); plan weights pass no gradient (the paper's
+// stop-gradient), so their dL/dS is 0. Noise, bias and the choice of experts are constants.
 #pragma once
 
 #include <cstdint>
 
 #include "ssr/detail/hd.hpp"
 #include "ssr/math/numeric.hpp"
+#include "ssr/math/select.hpp"
+#include "ssr/spec.hpp"
 #include "ssr/view.hpp"
 
 namespace ssr {
 namespace math {
 
-// out(r, dL/dS at the r-th chosen expert) for r in [0, k), w(r) and g(r) its weight and dL/dw.
-template <class W, class G, class Out>
-SSR_HD void backward_row(int k, const W& w, const G& g, const Out& out) {
+// out(r, dL/dS at the r-th chosen expert) for r in [0, k), w(r) and g(r) its weight and dL/dw, logit(r)
+// its logit (read for sigmoid scores only).
+template <class W, class G, class Logit, class Out>
+SSR_HD void backward_row(Score score, int k, const W& w, const G& g, const Logit& logit, const Out& out) {
   double dot = 0;
   for (int r = 0; r < k; ++r) dot += static_cast<double>(w(r)) * static_cast<double>(g(r));
   // w g - w dot, not w (g - dot): with weights in [0, 1] both products are finite for finite g, where
   // g - dot may overflow and a zero weight would make 0 * inf a NaN (found by fuzz_route).
   for (int r = 0; r < k; ++r) {
     const auto wr = static_cast<double>(w(r));
-    out(r, wr * static_cast<double>(g(r)) - wr * dot);
+    const double d = wr * static_cast<double>(g(r)) - wr * dot;
+    out(r, score == Score::softmax ? d : log_score_slope(score, static_cast<double>(logit(r))) * d);
   }
 }
 

@@ -1,6 +1,7 @@
 // Routing weights of one token over its k chosen experts, normalised in double.
-// Score weights: the softmax of the logits over the chosen experts. Plan weights (SSR, Proposition 1):
-// the plan's row restricted to the chosen experts and renormalised, from plan values or from log Pi.
+// Score weights: the scores s(S) over the chosen experts divided by their sum (the softmax of the logits
+// for softmax scores). Plan weights (SSR, Proposition 1): the plan's row restricted to the chosen experts
+// and renormalised, from plan values or from log Pi.
 #pragma once
 
 #include <algorithm>
@@ -8,6 +9,8 @@
 #include <limits>
 
 #include "ssr/detail/hd.hpp"
+#include "ssr/math/select.hpp"
+#include "ssr/spec.hpp"
 
 namespace ssr {
 namespace math {
@@ -21,6 +24,14 @@ SSR_HD void softmax_weights(int k, const Value& v, const Out& out) {
   double sum = 0;
   for (int r = 0; r < k; ++r) sum += std::exp(static_cast<double>(v(r)) - top);
   for (int r = 0; r < k; ++r) out(r, std::exp(static_cast<double>(v(r)) - top) / sum);
+}
+
+// Score weights: out(r, s_r / sum_l s_l), s_r = s(logit(r)) of the r-th chosen expert, as the softmax of
+// log s (finite where s itself would underflow).
+template <class Logit, class Out>
+SSR_HD void score_weights(Score score, int k, const Logit& logit, const Out& out) {
+  softmax_weights(
+      k, [&](int r) { return log_score(score, static_cast<double>(logit(r))); }, out);
 }
 
 // out(r, p(r) / sum_l p(l)): plan weights from the chosen experts' plan values.

@@ -24,6 +24,13 @@ struct NoisyCost {
     inner.validate();
     detail::require(std::isfinite(alpha) && alpha >= 0, "alpha", alpha, "must be finite and >= 0");
     detail::require(std::isfinite(sigma) && sigma > 0, "sigma", sigma, "must be finite and > 0");
+    // The noise perturbs the cost the softmax path ranks; a selection by sigmoid scores or groups ranks
+    // no cost (with an expert bias, checked per call: detail::validate_selection).
+    const RouteSpec train = resolve(Context::train(0));
+    if (train.path == Path::softmax && train.noisy() && !train.plain_selection())
+      detail::fail("invalid alpha = ", alpha, ": cost noise needs softmax scores without groups (score = ",
+                   to_string(train.select.score), ", n_groups = ", train.select.n_groups,
+                   ", topk_groups = ", train.select.topk_groups, ")");
   }
 
   RouteSpec resolve(const Context& ctx) const {

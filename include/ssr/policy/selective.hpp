@@ -20,8 +20,9 @@ struct SelectivePolicy {
   SelectivePolicy() = default;
   SelectivePolicy(Rare rare_, Common common_, double p_) : rare(rare_), common(common_), p(p_) {}
 
+  // The rare policy is checked only when it can run (p > 0).
   void validate() const {
-    rare.validate();
+    if (p > 0) rare.validate();
     common.validate();
     detail::require(p >= 0 && p <= 1, "p", p, "must be in [0, 1]");
     const int kr = rare.resolve(Context{}).k, kc = common.resolve(Context{}).k;

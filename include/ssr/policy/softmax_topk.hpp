@@ -1,22 +1,39 @@
-// SoftmaxTopK: the vanilla router. T_i = topk(C~_i, k), w_ij = softmax(S_i) restricted to T_i.
+// SoftmaxTopK: the vanilla router. T_i = topk(C~_i, k), w_ij = softmax(S_i) restricted to T_i; with a
+// Selection, T_i = the top-k of s(S_i) + b among the best groups and w_ij = s(S_ij) / sum over T_i.
 #pragma once
 
 #include <cmath>
 
 #include "ssr/context.hpp"
 #include "ssr/error.hpp"
+#include "ssr/math/select.hpp"
 #include "ssr/spec.hpp"
 
 namespace ssr {
 
+namespace detail {
+// The counts of a selection; what depends on the number of experts is checked per call.
+inline void validate(const Selection& s) {
+  require(s.n_groups >= 1 && s.n_groups <= math::max_groups, "n_groups", s.n_groups, "must be in [1, ",
+          math::max_groups, "]");
+  require(s.topk_groups >= 1 && s.topk_groups <= s.n_groups, "topk_groups", s.topk_groups,
+          "must be in [1, n_groups = ", s.n_groups, "]");
+}
+}  // namespace detail
+
 struct SoftmaxTopK {
   int k = 2;
   Cost cost = Cost::linear;  // only changes the result under noise: top-k of S and of softmax(S) agree
+  Selection select{};
 
   constexpr SoftmaxTopK() = default;
-  constexpr explicit SoftmaxTopK(int k_, Cost cost_ = Cost::linear) : k(k_), cost(cost_) {}
+  constexpr explicit SoftmaxTopK(int k_, Cost cost_ = Cost::linear, Selection select_ = {})
+      : k(k_), cost(cost_), select(select_) {}
 
-  void validate() const { detail::require(k >= 1, "k", k, "must be at least 1"); }
+  void validate() const {
+    detail::require(k >= 1, "k", k, "must be at least 1");
+    detail::validate(select);
+  }
 
   RouteSpec resolve(const Context& ctx) const {
     RouteSpec s;
@@ -24,6 +41,8 @@ struct SoftmaxTopK {
     s.k = k;
     s.cost = cost;
     s.weights = Weights::scores;
+    s.select = select;
+    s.bias = ctx.expert_bias.data;
     s.seed = ctx.seed;
     s.layer = ctx.layer;
     s.step = ctx.step;

@@ -1,10 +1,11 @@
 // CudaBackend<T>: routing on an NVIDIA GPU. Views hold device pointers. Fused kernels take the hot paths
-// (softmax top-k for k <= CudaTuning::fused_max_k; the Sinkhorn iterations in one cooperative kernel for
-// n up to 736, CudaTuning::sinkhorn_fits); the Thrust backend's algorithms take the rest. Every kernel and
-// copy of a call is ordered on CallOptions::stream. A call waits for the host only where asked: the
-// finiteness check reads one flag back (off with check_finite = false), and the Sinkhorn path's statistics
-// reach RouteInfo through Router::wait (or CallOptions::wait). Workspace: the caller's, or the backend's own,
-// allocated in stream order the first time a shape needs more.
+// (softmax top-k ranking the logits, k <= CudaTuning::fused_max_k; the Sinkhorn iterations in one
+// cooperative kernel for n up to 736, CudaTuning::sinkhorn_fits); the Thrust backend's algorithms take the
+// rest (selection by scores, bias or groups among them). Every kernel and copy of a call is ordered on
+// CallOptions::stream. A call waits for the host only where asked: the finiteness check reads one flag back
+// (off with check_finite = false), and the Sinkhorn path's statistics reach RouteInfo through Router::wait
+// (or CallOptions::wait). Workspace: the caller's, or the backend's own, allocated in stream order the first
+// time a shape needs more.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -80,7 +81,7 @@ class CudaBackend {
     RouteInfo info = initial_info(spec);
     const auto exec = thrust::cuda::par_nosync.on(stream);
     if (m > 0 && spec.path == Path::softmax) {
-      if (spec.k <= CudaTuning::fused_max_k) {
+      if (spec.k <= CudaTuning::fused_max_k && spec.plain_selection()) {
         cuda::softmax_topk(s, spec, out.experts, out.weights, out.noise, stream);
       } else {
         alg::softmax_topk(exec, spec, s, out);
@@ -119,8 +120,9 @@ class CudaBackend {
     return info;
   }
 
-  void backward(const RouteInfo& info, ConstMatrixView<std::int32_t> experts, ConstMatrixView<T> weights,
-                ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits, const options_type& options) {
+  void backward(const RouteInfo& info, ConstMatrixView<T> logits, ConstMatrixView<std::int32_t> experts,
+                ConstMatrixView<T> weights, ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits,
+                const options_type& options) {
     const cudaStream_t stream = options.stream;
     if (options.check_finite) {
       detail::Carve flag_only;
@@ -128,7 +130,8 @@ class CudaBackend {
       detail::Carve c = detail::carve_workspace(options.workspace, flag_only.bytes(), own_workspace(stream));
       cuda::check_backward(experts, weights, grad_weights, grad_logits.cols, c.take<unsigned long long>(1), stream);
     }
-    thrust_algorithms::backward(thrust::cuda::par_nosync.on(stream), info, experts, weights, grad_weights, grad_logits);
+    thrust_algorithms::backward(thrust::cuda::par_nosync.on(stream), info, logits, experts, weights, grad_weights,
+                                grad_logits);
     cuda::check(cudaGetLastError(), "backward");
   }
 

@@ -20,6 +20,7 @@
 #include "ssr/math/backward.hpp"
 #include "ssr/math/cost.hpp"
 #include "ssr/math/noise.hpp"
+#include "ssr/math/select.hpp"
 #include "ssr/math/sinkhorn.hpp"
 #include "ssr/math/topk.hpp"
 #include "ssr/math/weights.hpp"
@@ -108,9 +109,10 @@ class CpuBackend {
       detail::fail_non_finite_logit(first / n, first % n, s(first / n, first % n));
   }
 
-  // dL/dS from dL/dw (ssr/math/backward.hpp); the Router validated the shapes.
-  void backward(const RouteInfo& info, ConstMatrixView<std::int32_t> experts, ConstMatrixView<T> weights,
-                ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits, const options_type& options) {
+  // dL/dS from dL/dw (ssr/math/backward.hpp); the Router validated the shapes (logits: when read).
+  void backward(const RouteInfo& info, ConstMatrixView<T> logits, ConstMatrixView<std::int32_t> experts,
+                ConstMatrixView<T> weights, ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits,
+                const options_type& options) {
     const index_t m = grad_logits.rows, n = grad_logits.cols;
     const int k = static_cast<int>(experts.cols);
     if (options.check_finite) check_backward(experts, weights, grad_weights, n);
@@ -121,9 +123,10 @@ class CpuBackend {
       if (!pass) return;
       const std::int32_t* e = experts.row(i);
       const T *w = weights.row(i), *g = grad_weights.row(i);
+      const T* s = logits.empty() ? nullptr : logits.row(i);
       math::backward_row(
-          k, [w](int r) { return w[r]; }, [g](int r) { return g[r]; },
-          [out, e](int r, double d) { out[e[r]] = static_cast<T>(d); });
+          info.score, k, [w](int r) { return w[r]; }, [g](int r) { return g[r]; },
+          [s, e](int r) { return s[e[r]]; }, [out, e](int r, double d) { out[e[r]] = static_cast<T>(d); });
     });
   }
 
@@ -164,17 +167,21 @@ class CpuBackend {
       double* z = x + n;
       const T* row = s.row(i);
       std::int32_t* idx = out.experts.row(i);
+      const auto logit = [row](index_t j) { return static_cast<double>(row[j]); };
       if (spec.noisy()) {
         math::noise_row(spec, i, n, z);
-        math::cost_row<T>(
-            n, spec.cost, [row](index_t j) { return row[j]; }, z, x);
+        math::cost_row<T>(n, spec.cost, logit, z, x);
         math::topk(n, spec.k, idx, [x](index_t j) { return x[j]; });
-      } else {
-        math::topk(n, spec.k, idx, [row](index_t j) { return row[j]; });  // top-k of S and of c(S) agree
+      } else if (spec.plain_selection()) {
+        math::topk(n, spec.k, idx, logit);  // top-k of S and of c(S) agree
+      } else {  // the selection values once into x (math::select_row ranks the same values)
+        const math::CostShift shift = math::score_shift(n, spec.select.score, logit);
+        for (index_t j = 0; j < n; ++j) x[j] = math::selection_value(spec.select.score, logit(j), shift, spec.bias, j);
+        math::select_topk(n, spec.k, spec.select, idx, [x](index_t j) { return x[j]; });
       }
       T* w = out.weights.row(i);
-      math::softmax_weights(
-          spec.k, [row, idx](int r) { return row[idx[r]]; },
+      math::score_weights(
+          spec.select.score, spec.k, [row, idx](int r) { return row[idx[r]]; },
           [w](int r, double value) { w[r] = static_cast<T>(value); });
       if (!out.noise.empty())
         math::noise_output(

@@ -198,8 +198,8 @@ class Sinkhorn {
               spec.k, [p_row, idx](int r) { return p_row[idx[r]]; }, write);
         } else {
           const T* srow = s.row(i);
-          math::softmax_weights(
-              spec.k, [srow, idx](int r) { return srow[idx[r]]; }, write);
+          math::score_weights(
+              spec.select.score, spec.k, [srow, idx](int r) { return srow[idx[r]]; }, write);
         }
         if (!out.plan.empty()) {
           T* p = out.plan.row(i);

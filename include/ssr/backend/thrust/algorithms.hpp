@@ -143,11 +143,11 @@ void count_load(const Exec& exec, ConstMatrixView<std::int32_t> experts, VectorV
 }
 
 template <class Exec, class T>
-void backward(const Exec& exec, const RouteInfo& info, ConstMatrixView<std::int32_t> experts,
+void backward(const Exec& exec, const RouteInfo& info, ConstMatrixView<T> logits, ConstMatrixView<std::int32_t> experts,
               ConstMatrixView<T> weights, ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits) {
-  for_each_index(
-      exec, experts.rows,
-      thrust_kernels::Backward<T>{experts, weights, grad_weights, grad_logits, info.weights == Weights::scores});
+  for_each_index(exec, experts.rows,
+                 thrust_kernels::Backward<T>{experts, weights, grad_weights, grad_logits,
+                                             info.weights == Weights::scores, info.score, logits});
 }
 
 // The row-major index of the first non-finite logit, or max index; the result is read on the host.

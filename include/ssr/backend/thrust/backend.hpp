@@ -90,8 +90,9 @@ class ThrustBackend {
     return info;
   }
 
-  void backward(const RouteInfo& info, ConstMatrixView<std::int32_t> experts, ConstMatrixView<T> weights,
-                ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits, const options_type& options) {
+  void backward(const RouteInfo& info, ConstMatrixView<T> logits, ConstMatrixView<std::int32_t> experts,
+                ConstMatrixView<T> weights, ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits,
+                const options_type& options) {
     namespace alg = thrust_algorithms;
     if (options.check_finite) {
       const index_t first = alg::first_bad_assignment(thrust::device, experts, weights, grad_weights, grad_logits.cols);
@@ -101,7 +102,7 @@ class ThrustBackend {
                                     alg::read_value(&weights(i, r)), alg::read_value(&grad_weights(i, r)));
       }
     }
-    alg::backward(thrust::device, info, experts, weights, grad_weights, grad_logits);
+    alg::backward(thrust::device, info, logits, experts, weights, grad_weights, grad_logits);
   }
 
   // Calls are complete when they return.

@@ -1,5 +1,5 @@
 // The Thrust backend's per-token work items (one row each), written with the scalar mathematics of
-// ssr/math/: softmax top-k, the Sinkhorn kernel, the final plan, and backward. The CUDA backend runs the
+// ssr/math/: softmax top-k (any selection), the Sinkhorn kernel, the final plan, and backward. The CUDA backend runs the
 // same items on its stream where it has no fused kernel.
 #pragma once
 
@@ -11,6 +11,7 @@
 #include "ssr/math/backward.hpp"
 #include "ssr/math/cost.hpp"
 #include "ssr/math/noise.hpp"
+#include "ssr/math/select.hpp"
 #include "ssr/math/topk.hpp"
 #include "ssr/math/weights.hpp"
 #include "ssr/spec.hpp"
@@ -56,11 +57,12 @@ struct SoftmaxRow {
     if (spec.noisy()) {
       math::topk(s.cols, spec.k, idx, RowCost<In, T>(spec, row, s.cols, i));
     } else {
-      math::topk(s.cols, spec.k, idx, logit);  // top-k of S and of c(S) agree
+      math::select_row(spec, s.cols, idx, logit);
     }
     T* w = weights.row(i);
-    math::softmax_weights(
-        spec.k, [&](int r) { return logit(idx[r]); }, [w](int r, double v) { w[r] = static_cast<T>(v); });
+    math::score_weights(
+        spec.select.score, spec.k, [&](int r) { return logit(idx[r]); },
+        [w](int r, double v) { w[r] = static_cast<T>(v); });
     if (!noise.empty()) {
       const RowCost<In, T> cost(spec, row, s.cols, i);
       math::noise_output(
@@ -114,8 +116,8 @@ struct PlanRow {
           spec.k, [&](int r) { return log_plan(idx[r]); }, write);  // Pi over T_i, renormalised
     } else {
       const In* row = s.row(i);
-      math::softmax_weights(
-          spec.k, [row, idx](int r) { return detail::to_double(row[idx[r]]); }, write);
+      math::score_weights(
+          spec.select.score, spec.k, [row, idx](int r) { return detail::to_double(row[idx[r]]); }, write);
     }
     if (!plan.empty()) {
       const double lse = math::logsumexp(n, log_plan);
@@ -131,6 +133,8 @@ struct Backward {
   MatrixView<const T> weights{}, grad_weights{};
   MatrixView<T> grad_logits{};
   bool pass = false;
+  Score score = Score::softmax;
+  MatrixView<const T> logits{};  // read for sigmoid scores only
 
   SSR_HD void operator()(index_t i) const {
     T* out = grad_logits.row(i);
@@ -138,9 +142,10 @@ struct Backward {
     if (!pass) return;
     const std::int32_t* e = experts.row(i);
     const T *w = weights.row(i), *g = grad_weights.row(i);
+    const T* s = logits.empty() ? nullptr : logits.row(i);
     math::backward_row(
-        static_cast<int>(experts.cols), [w](int r) { return w[r]; }, [g](int r) { return g[r]; },
-        [out, e](int r, double d) { out[e[r]] = static_cast<T>(d); });
+        score, static_cast<int>(experts.cols), [w](int r) { return w[r]; }, [g](int r) { return g[r]; },
+        [s, e](int r) { return s[e[r]]; }, [out, e](int r, double d) { out[e[r]] = static_cast<T>(d); });
   }
 };
 
