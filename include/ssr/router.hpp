@@ -2,8 +2,8 @@
 // call computes (RouteSpec), and has the backend compute it on the caller's buffers, with the caller's
 // stream, workspace and checks (CallOptions).
 //
-// Header weight: this header brings the policies, views, Router, losses, load statistics and dispatch
-// helpers, and the CPU backend (Eigen, OpenMP) except in CUDA translation units, which include
+// Header weight: this header brings the policies, views, Router, losses, load statistics, expert bias and
+// dispatch helpers, and the CPU backend (Eigen, OpenMP) except in CUDA translation units, which include
 // <ssr/backend/cpu.hpp> when they want it.
 #pragma once
 
@@ -17,6 +17,7 @@
 #include "ssr/detail/workspace.hpp"
 #include "ssr/dispatch.hpp"
 #include "ssr/error.hpp"
+#include "ssr/expert_bias.hpp"
 #include "ssr/load_stats.hpp"
 #include "ssr/losses.hpp"
 #include "ssr/named.hpp"

@@ -195,3 +195,37 @@ TEST_CASE("only the Sinkhorn path communicates", "[mpi]") {
   CHECK(counting.calls == 1 + sink.info.iterations);  // the agreement, then one exact sum per iteration
   (void)soft;
 }
+
+TEST_CASE("the expert bias and the global-batch loss see the loads of every rank", "[mpi][bias]") {
+  const index_t m = 300, n = 8;
+  const int k = 2;
+  const auto s = test::random_logits<double>(m, n, 1.0, 5, 3.0);
+  const Shard mine = shard_of(m, world().rank(), world().size());
+  const auto all = route_shard<ssr::CpuBackend<double>>(ssr::SoftmaxTopK(k), s, n, {0, m}, Context::eval(), nullptr);
+  const auto part = route_shard<ssr::CpuBackend<double>>(ssr::SoftmaxTopK(k), s, n, mine, Context::eval(), nullptr);
+
+  // Updated from this rank's loads over all ranks: the single-process update from the loads of all rows.
+  std::vector<float> want(n, 0.25f), bias(n, 0.25f);
+  ssr::update_expert_bias(ssr::VectorView<const std::int32_t>(all.load.data(), n), 0.01, ssr::VectorView<float>(want.data(), n));
+  ssr::update_expert_bias(ssr::VectorView<const std::int32_t>(part.load.data(), n), 0.01, ssr::VectorView<float>(bias.data(), n),
+                          &world());
+  CHECK(bias == want);
+
+  // The global-batch loss of each rank's rows, f from the loads of all ranks: with m / R rows per rank
+  // their losses weighted by rows add up to the loss of all rows (computed alone).
+  const std::vector<std::int64_t> counts(part.load.begin(), part.load.end());
+  const double local = ssr::global_load_balancing_loss<double>(
+      {s.data() + mine.begin * n, mine.rows(), n}, ssr::VectorView<const std::int64_t>(counts.data(), n), mine.rows(), k,
+      {}, ssr::Score::softmax, &world());
+  double weighted = local * static_cast<double>(mine.rows()) / static_cast<double>(m);
+  MPI_Allreduce(MPI_IN_PLACE, &weighted, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  const double whole = ssr::load_balancing_loss<double>({s.data(), m, n}, {all.experts.data(), m, k});
+  CHECK(weighted == Approx(whole).epsilon(1e-12));
+
+  // A bad load on one rank is an error on every rank.
+  std::vector<std::int32_t> bad(part.load.begin(), part.load.end());
+  if (world().rank() == world().size() - 1) bad[2] = -1;
+  CHECK_THROWS_WITH(ssr::update_expert_bias(ssr::VectorView<const std::int32_t>(bad.data(), n), 0.01,
+                                            ssr::VectorView<float>(bias.data(), n), &world()),
+                    Contains(world().rank() == world().size() - 1 ? "load[2] = -1" : "failed on rank"));
+}
