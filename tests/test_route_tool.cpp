@@ -149,6 +149,44 @@ TEST_CASE("ssr-route computes float64 logits in double and defaults to the selec
   fs::remove_all(dir);
 }
 
+TEST_CASE("ssr-route routes with sigmoid scores, an expert bias and group-limited top-k", "[tool][selection]") {
+  const auto dir = fresh_dir("selection");
+  const ssr::index_t m = 200, n = 16, k = 3;
+  write_random_logits(dir / "logits.npy", m, n, 5, 2.0);
+  const auto s = test::random_logits<float>(m, n, 1.0, 5, 2.0);
+  xt::xtensor<float, 1> bias({std::size_t(n)}, 0.0f);
+  for (ssr::index_t j = 0; j < n; ++j) bias(j) = 0.05f * static_cast<float>(j % 5) - 0.1f;
+  xt::dump_npy((dir / "bias.npy").string(), bias);
+  xt::xtensor<float, 2> g({std::size_t(m), std::size_t(k)}, 0.5f);
+  g(0, 0) = 2;
+  xt::dump_npy((dir / "g.npy").string(), g);
+  const auto r = run_tool("--logits " + (dir / "logits.npy").string() + " --out " + (dir / "out").string() +
+                              " --policy softmax --k 3 --score sigmoid --n-groups 4 --topk-groups 2 --expert-bias " +
+                              (dir / "bias.npy").string() + " --grad-weights " + (dir / "g.npy").string(),
+                          dir);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  const ssr::SoftmaxTopK policy(3, ssr::Cost::linear, {ssr::Score::sigmoid, 4, 2});
+  const std::vector<float> b(bias.begin(), bias.end());
+  const ssr::Context ctx = ssr::Context::train(0).with_bias({b.data(), n});
+  test::Router<ssr::SoftmaxTopK, float> router(policy);
+  test::Routed<float> expected(m, n, k);
+  expected.info = router.route({s.data(), m, n}, ctx, expected.outputs());
+  std::vector<float> grad(m * n);
+  router.backward(expected.info, {s.data(), m, n}, {expected.experts.data(), m, k}, {expected.weights.data(), m, k},
+                  {g.data(), m, k}, {grad.data(), m, n});
+  const auto experts = xt::load_npy<std::int32_t>((dir / "out" / "experts.npy").string());
+  const auto weights = xt::load_npy<float>((dir / "out" / "weights.npy").string());
+  const auto grad_out = xt::load_npy<float>((dir / "out" / "grad_logits.npy").string());
+  CHECK(std::vector<std::int32_t>(experts.begin(), experts.end()) == expected.experts);
+  CHECK(std::vector<float>(weights.begin(), weights.end()) == expected.weights);
+  CHECK(std::vector<float>(grad_out.begin(), grad_out.end()) == grad);
+  // The bias changed the selection.
+  const auto plain = test::route(policy, s, m, n, ssr::Context::train(0));
+  CHECK(plain.experts != expected.experts);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("ssr-route rejects bad input with status 2, one line on stderr, and writes nothing", "[tool]") {
   const auto dir = fresh_dir("bad");
   xt::xtensor<float, 2> logits({10, 4}, 0.25f);
@@ -159,6 +197,9 @@ TEST_CASE("ssr-route rejects bad input with status 2, one line on stderr, and wr
   xt::dump_npy((dir / "int.npy").string(), ints);
   xt::xtensor<float, 1> flat({10}, 1.0f);
   xt::dump_npy((dir / "flat.npy").string(), flat);
+  xt::xtensor<float, 1> nan_bias({4}, 0.0f);
+  nan_bias(1) = std::numeric_limits<float>::quiet_NaN();
+  xt::dump_npy((dir / "nanbias.npy").string(), nan_bias);
   const std::string l = " --logits " + (dir / "l.npy").string();
   const std::string out = " --out " + (dir / "o").string();
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -183,6 +224,16 @@ TEST_CASE("ssr-route rejects bad input with status 2, one line on stderr, and wr
       {" --logits " + (dir / "flat.npy").string() + out, "expected 2"},
       {" --logits " + (dir / "missing.npy").string() + out, "cannot open"},
       {l + out + " --grad-weights " + (dir / "l.npy").string(), "--grad-weights has shape 10x4, expected 10x2"},
+      {l + out + " --score tanh", "--score expects sigmoid|softmax"},
+      {l + out + " --n-groups 2", "--n-groups and --topk-groups go together"},
+      {l + out + " --policy softmax --n-groups 3 --topk-groups 1", "n_groups = 3: must divide the number of experts n = 4"},
+      {l + out + " --n-groups 2 --topk-groups 3", "topk_groups = 3"},
+      {l + out + " --policy softmax --n-groups 4 --topk-groups 1", "k = 2: must be at most topk_groups * n / n_groups = 1"},
+      {l + out + " --policy ssr --n-groups 2 --topk-groups 1", "Sinkhorn path"},
+      {l + out + " --policy softmax --score sigmoid --noise-alpha 0.1", "alpha = 0.1"},
+      {l + out + " --expert-bias " + (dir / "l.npy").string(), "--expert-bias '"},
+      {l + out + " --expert-bias " + (dir / "flat.npy").string(), "--expert-bias has 10 entries, expected one per expert (4)"},
+      {l + out + " --expert-bias " + (dir / "nanbias.npy").string(), "--expert-bias[1] = nan: must be finite"},
   };
   for (const auto& c : cases) {
     const auto r = run_tool(c.first, dir);

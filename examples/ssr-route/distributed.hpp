@@ -93,10 +93,11 @@ Shard<T> route_shard(const Options& o, Backend backend, Job<T>& job) {
   if (!s.noise.empty()) out.noise = {s.noise.data(), s.rows, n};
   if (!s.plan.empty()) out.plan = {s.plan.data(), s.rows, n};
   ssr::Router<ssr::SSRPolicy, Backend> router(job.policy, std::move(backend));
-  job.info = router.route({job.logits.data() + s.begin * n, s.rows, n}, o.ctx.at_row(static_cast<std::uint64_t>(s.begin)),
-                          out, ssr::CallOptions<ssr::HostStream>{}.across(world));
+  const ssr::ConstMatrixView<T> logits(job.logits.data() + s.begin * n, s.rows, n);
+  job.info = router.route(logits, job.context(o).at_row(static_cast<std::uint64_t>(s.begin)), out,
+                          ssr::CallOptions<ssr::HostStream>{}.across(world));
   if (!s.grad.empty())
-    router.backward(job.info, out.experts, out.weights, {job.grad_w.data() + s.begin * k, s.rows, k},
+    router.backward(job.info, logits, out.experts, out.weights, {job.grad_w.data() + s.begin * k, s.rows, k},
                     {s.grad.data(), s.rows, n});
   return s;
 }

@@ -8,6 +8,7 @@
 #include <xtensor/xtensor.hpp>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@ struct Job {
   xt::xtensor<T, 2> logits, grad_w, weights, noise, plan, grad_s;
   xt::xtensor<std::int32_t, 2> experts;
   std::vector<std::int32_t> load;
+  std::vector<float> expert_bias;  // --expert-bias: n finite floats (empty: none)
   ssr::RouteInfo info;
 
   // Reads the files and allocates the outputs; throws UsageError or ssr::Error for bad input.
@@ -40,6 +42,15 @@ struct Job {
         throw UsageError("--grad-weights has shape " + std::to_string(grad_w.shape()[0]) + "x" +
                          std::to_string(grad_w.shape()[1]) + ", expected " + std::to_string(m) + "x" + std::to_string(k));
     }
+    if (!o.expert_bias.empty()) {
+      expert_bias = load_vector<float>(o.expert_bias, "--expert-bias");
+      if (expert_bias.size() != static_cast<std::size_t>(n))
+        throw UsageError("--expert-bias has " + std::to_string(expert_bias.size()) + " entries, expected one per expert (" +
+                         std::to_string(n) + ")");
+      for (std::size_t j = 0; j < expert_bias.size(); ++j)
+        if (!std::isfinite(expert_bias[j]))
+          throw UsageError("--expert-bias[" + std::to_string(j) + "] = " + std::to_string(expert_bias[j]) + ": must be finite");
+    }
     experts.resize(dims(m, k));
     weights.resize(dims(m, k));
     noise.resize(dims(o.dump_noise ? m : 0, n));
@@ -49,6 +60,10 @@ struct Job {
   }
 
   ssr::ConstMatrixView<T> in() const { return {logits.data(), m, n}; }
+  // The command line's context with the expert bias (host memory).
+  ssr::Context context(const Options& o) const {
+    return expert_bias.empty() ? o.ctx : o.ctx.with_bias({expert_bias.data(), n});
+  }
   ssr::RouteOutputs<T> outputs() {
     ssr::RouteOutputs<T> out{{experts.data(), m, k}, {weights.data(), m, k}, {load.data(), n}};
     if (noise.size() > 0) out.noise = {noise.data(), m, n};

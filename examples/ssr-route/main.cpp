@@ -43,8 +43,9 @@ ssr::ThrustBackend<T> thrust_backend(const Options& o) {
 template <class T, class Backend>
 void route_here(const Options& o, Backend (*make_backend)(const Options&), Job<T>& job) {
   ssr::Router<ssr::SSRPolicy, Backend> router(job.policy, make_backend(o));
-  job.info = router.route(job.in(), o.ctx, job.outputs());
-  if (job.grad_s.size() > 0) router.backward(job.info, job.outputs().experts, job.outputs().weights, job.grad_in(), job.grad_out());
+  job.info = router.route(job.in(), job.context(o), job.outputs());
+  if (job.grad_s.size() > 0)
+    router.backward(job.info, job.in(), job.outputs().experts, job.outputs().weights, job.grad_in(), job.grad_out());
 }
 
 template <class T, class Backend>
@@ -60,7 +61,7 @@ template <class T>
 int run_cuda(const Options& o) {
   if (o.threads != 0) throw UsageError("--threads applies to the cpu and thrust-omp backends, not to cuda");
   Job<T> job(o);
-  job.info = route_cuda<T>(job.policy, o.ctx, job.in(), job.outputs(), job.grad_in(), job.grad_out());
+  job.info = route_cuda<T>(job.policy, job.context(o), job.in(), job.outputs(), job.grad_in(), job.grad_out());
   job.write(o, 1);
   return 0;
 }

@@ -211,13 +211,16 @@ inline NpyHeader read_npy_header(const std::string& path) {
 }
 
 // A 2-d float32 or float64 .npy file of file_size bytes read from in as a row-major T matrix: any byte
-// order, C or Fortran order. what and path name the file in errors.
+// order, C or Fortran order; with dims = 1, a 1-d file read as a matrix of one row. what and path name
+// the file in errors.
 template <class T>
-xt::xtensor<T, 2> read_matrix(std::istream& in, std::uint64_t file_size, const std::string& path, const char* what) {
+xt::xtensor<T, 2> read_matrix(std::istream& in, std::uint64_t file_size, const std::string& path, const char* what,
+                              std::size_t dims = 2) {
   const NpyHeader h = read_npy_header(in, file_size, path);
-  if (h.shape.size() != 2)
-    throw UsageError(std::string(what) + " '" + path + "' has " + std::to_string(h.shape.size()) + " dimensions; expected 2");
-  const std::uint64_t rows = h.shape[0], cols = h.shape[1], count = rows * cols;
+  if (h.shape.size() != dims)
+    throw UsageError(std::string(what) + " '" + path + "' has " + std::to_string(h.shape.size()) + " dimensions; expected " +
+                     std::to_string(dims));
+  const std::uint64_t rows = dims == 1 ? 1 : h.shape[0], cols = h.shape[dims - 1], count = rows * cols;
   if (rows > static_cast<std::uint64_t>(std::numeric_limits<ssr::index_t>::max()) ||
       cols > static_cast<std::uint64_t>(std::numeric_limits<ssr::index_t>::max()))
     throw UsageError(std::string(what) + " '" + path + "' has a dimension beyond the index range");
@@ -248,10 +251,17 @@ xt::xtensor<T, 2> read_matrix(std::istream& in, std::uint64_t file_size, const s
 }
 
 template <class T>
-xt::xtensor<T, 2> load_matrix(const std::string& path, const char* what) {
+xt::xtensor<T, 2> load_matrix(const std::string& path, const char* what, std::size_t dims = 2) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError(std::string(what) + ": cannot open '" + path + "'");
-  return read_matrix<T>(in, file_size_of(path), path, what);
+  return read_matrix<T>(in, file_size_of(path), path, what, dims);
+}
+
+// A 1-d float32 or float64 .npy file as a vector of T.
+template <class T>
+std::vector<T> load_vector(const std::string& path, const char* what) {
+  const xt::xtensor<T, 2> row = load_matrix<T>(path, what, 1);
+  return std::vector<T>(row.begin(), row.end());
 }
 
 // The dtype string of a .npy file of T.

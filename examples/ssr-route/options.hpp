@@ -17,6 +17,7 @@ inline constexpr const char* usage =
     "usage: ssr-route --logits L.npy --out DIR [--policy softmax|sinkhorn|ssr|selective] [--cost linear|softmax]\n"
     "                 [--k K] [--xi X] [--tol T] [--max-iters N] [--weights plan|scores] [--p P]\n"
     "                 [--noise-alpha A] [--noise-sigma S] [--seed N] [--step N] [--layer N] [--mode train|eval]\n"
+    "                 [--score softmax|sigmoid] [--expert-bias B.npy] [--n-groups G --topk-groups T]\n"
     "                 [--threads N] [--backend cpu|thrust-omp|cuda] [--distributed none|mpi]\n"
     "                 [--grad-weights G.npy] [--dump-noise] [--dump-plan]\n";
 
@@ -25,7 +26,7 @@ struct UsageError : std::runtime_error {
 };
 
 struct Options {
-  std::string logits, out, grad_weights;
+  std::string logits, out, grad_weights, expert_bias;
   std::string backend = "cpu";
   std::string distributed = "none";  // mpi: one problem over the ranks of mpirun (distributed.hpp)
   ssr::RouterConfig router;  // the router by name, with the library's defaults
@@ -71,6 +72,7 @@ E choose(const std::string& opt, const std::string& v, const std::map<std::strin
 
 inline Options parse(int argc, char** argv) {
   Options o;
+  int groups_given = 0;  // bit 0: --n-groups, bit 1: --topk-groups
   const std::map<std::string, std::function<void(const std::string&)>> valued = {
       {"--logits", [&](const std::string& v) { o.logits = v; }},
       {"--out", [&](const std::string& v) { o.out = v; }},
@@ -92,6 +94,10 @@ inline Options parse(int argc, char** argv) {
       {"--backend", [&](const std::string& v) { o.backend = choose<std::string>("--backend", v, {{"cpu", "cpu"}, {"thrust-omp", "thrust-omp"}, {"cuda", "cuda"}}); }},
       {"--distributed", [&](const std::string& v) { o.distributed = choose<std::string>("--distributed", v, {{"none", "none"}, {"mpi", "mpi"}}); }},
       {"--grad-weights", [&](const std::string& v) { o.grad_weights = v; }},
+      {"--score", [&](const std::string& v) { o.router.select.score = choose<ssr::Score>("--score", v, {{"softmax", ssr::Score::softmax}, {"sigmoid", ssr::Score::sigmoid}}); }},
+      {"--expert-bias", [&](const std::string& v) { o.expert_bias = v; }},
+      {"--n-groups", [&](const std::string& v) { o.router.select.n_groups = to_int("--n-groups", v); groups_given |= 1; }},
+      {"--topk-groups", [&](const std::string& v) { o.router.select.topk_groups = to_int("--topk-groups", v); groups_given |= 2; }},
   };
   for (int a = 1; a < argc; ++a) {
     const std::string arg = argv[a];
@@ -111,6 +117,7 @@ inline Options parse(int argc, char** argv) {
   }
   if (o.logits.empty()) throw UsageError("--logits is required");
   if (o.out.empty()) throw UsageError("--out is required");
+  if (groups_given == 1 || groups_given == 2) throw UsageError("--n-groups and --topk-groups go together");
   return o;
 }
 

@@ -63,9 +63,14 @@ ssr::RouteInfo route_cuda(const ssr::SSRPolicy& policy, const ssr::Context& ctx,
   d_out.plan = view_of(plan, out.plan);
   d_out.noise = view_of(noise, out.noise);
 
+  const ssr::ConstMatrixView<float> host_bias(ctx.expert_bias.data, ctx.expert_bias.empty() ? 0 : 1, ctx.expert_bias.size);
+  thrust::device_vector<float> bias = to_device(host_bias);
+  const ssr::Context d_ctx = ctx.with_bias(ctx.expert_bias.empty() ? ssr::VectorView<const float>{}
+                                                                   : ssr::VectorView<const float>{ptr(bias), ctx.expert_bias.size});
+
   ssr::Router<ssr::SSRPolicy, ssr::CudaBackend<T>> router(policy);
   const auto wait = ssr::CallOptions<cudaStream_t>{}.waiting();  // the info is printed: wait for it
-  const ssr::RouteInfo info = router.route({ptr(s), logits.rows, logits.cols}, ctx, d_out, wait);
+  const ssr::RouteInfo info = router.route({ptr(s), logits.rows, logits.cols}, d_ctx, d_out, wait);
   to_host(experts, out.experts);
   to_host(weights, out.weights);
   to_host(noise, out.noise);
@@ -73,8 +78,8 @@ ssr::RouteInfo route_cuda(const ssr::SSRPolicy& policy, const ssr::Context& ctx,
   if (!out.load.empty()) thrust::copy(load.begin(), load.end(), out.load.data);
   if (!grad_weights.empty()) {
     thrust::device_vector<T> g = to_device(grad_weights), grad = like(grad_logits);
-    router.backward(info, d_out.experts, d_out.weights, {ptr(g), grad_weights.rows, grad_weights.cols},
-                    view_of(grad, grad_logits));
+    router.backward(info, {ptr(s), logits.rows, logits.cols}, d_out.experts, d_out.weights,
+                    {ptr(g), grad_weights.rows, grad_weights.cols}, view_of(grad, grad_logits));
     to_host(grad, grad_logits);
   }
   return info;
