@@ -2,6 +2,7 @@
 // and the checks every kernel makes, written once for the CPU and CUDA kernels.
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <ssr/named.hpp>
 #include <ssr/spec.hpp>
 #include <torch/library.h>
@@ -23,6 +24,9 @@ struct RouteArgs {
   int64_t seed, step, layer;
   bool training;
   int64_t first_row;
+  std::string score;
+  int64_t n_groups, topk_groups;
+  c10::optional<at::Tensor> expert_bias;
 
   ssr::SSRPolicy policy_value() const {
     TORCH_CHECK(max_iters >= 1 && max_iters <= INT32_MAX, "ssr.route: invalid max_iters = ", max_iters,
@@ -37,6 +41,10 @@ struct RouteArgs {
     config.p = p;
     config.noise_alpha = noise_alpha;
     config.noise_sigma = noise_sigma;
+    TORCH_CHECK(n_groups >= 1 && n_groups <= INT32_MAX, "ssr.route: invalid n_groups = ", n_groups, ": must be at least 1");
+    TORCH_CHECK(topk_groups >= 1 && topk_groups <= INT32_MAX, "ssr.route: invalid topk_groups = ", topk_groups,
+                ": must be at least 1");
+    config.select = {ssr::parse_score(score), static_cast<int>(n_groups), static_cast<int>(topk_groups)};
     return ssr::make_policy(config);
   }
 
@@ -48,7 +56,21 @@ struct RouteArgs {
     ssr::Context ctx = training ? ssr::Context::train(static_cast<std::uint64_t>(step), static_cast<std::uint32_t>(layer),
                                                       static_cast<std::uint32_t>(seed))
                                 : ssr::Context::eval();
-    return ctx.at_row(static_cast<std::uint64_t>(first_row));
+    ctx = ctx.at_row(static_cast<std::uint64_t>(first_row));
+    // The pointer only: check_expert_bias, among the call's agreed checks, says whether it is usable.
+    if (expert_bias.has_value())
+      ctx = ctx.with_bias({static_cast<const float*>(expert_bias->const_data_ptr()), expert_bias->numel()});
+    return ctx;
+  }
+
+  // The expert bias a kernel reads: float32, one contiguous entry per expert, on the logits' device.
+  void check_expert_bias(const at::Tensor& logits) const {
+    if (!expert_bias.has_value()) return;
+    const at::Tensor& b = *expert_bias;
+    TORCH_CHECK(b.scalar_type() == at::kFloat, "ssr.route: expert_bias must be float32, got ", b.scalar_type());
+    TORCH_CHECK(b.dim() == 1 && b.is_contiguous(), "ssr.route: expert_bias must be a contiguous 1-d tensor");
+    TORCH_CHECK(b.device() == logits.device(), "ssr.route: expert_bias is on ", b.device(), ", the logits on ",
+                logits.device());
   }
 };
 

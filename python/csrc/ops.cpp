@@ -66,10 +66,16 @@ void check_cpu_logits(const Tensor& logits) {
 std::tuple<Tensor, Tensor, Tensor, Tensor> route_cpu(const Tensor& logits, std::string policy, int64_t k, std::string cost,
                                                      double xi, double tol, int64_t max_iters, std::string weights, double p,
                                                      double noise_alpha, double noise_sigma, int64_t seed, int64_t step,
-                                                     int64_t layer, bool training, int64_t first_row, std::string group) {
+                                                     int64_t layer, bool training, int64_t first_row, std::string group,
+                                                     std::string score, int64_t n_groups, int64_t topk_groups,
+                                                     const c10::optional<Tensor>& expert_bias) {
   const RouteArgs a{std::move(policy), k,     std::move(cost), xi,   tol,  max_iters, std::move(weights), p,
-                    noise_alpha,       noise_sigma, seed,       step, layer, training,  first_row};
-  return route_in_group(a, group, c10::Device(c10::kCPU), ssr::HostStream{}, [&] { check_cpu_logits(logits); },
+                    noise_alpha,       noise_sigma, seed,       step, layer, training,  first_row,
+                    std::move(score),  n_groups,    topk_groups, expert_bias};
+  return route_in_group(a, group, c10::Device(c10::kCPU), ssr::HostStream{}, [&] {
+                          check_cpu_logits(logits);
+                          a.check_expert_bias(logits);
+                        },
                         [&](const ssr::SSRPolicy& route_policy, const ssr::Context& ctx, const HostCommunicator* ranks) {
                           return logits.scalar_type() == torch::kFloat64
                                      ? route_on_cpu<double>(logits, route_policy, ctx, ranks)
@@ -78,28 +84,35 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> route_cpu(const Tensor& logits, std::
 }
 
 template <class T>
-void backward_on_cpu(const Tensor& g, const Tensor& e, const Tensor& w, Tensor& grad, bool passes) {
+void backward_on_cpu(const Tensor& g, const Tensor& e, const Tensor& w, const Tensor& s, Tensor& grad,
+                     const ssr::RouteInfo& info) {
   const int64_t m = e.size(0), k = e.size(1), n = grad.size(1);
-  ssr::RouteInfo info;
-  info.weights = passes ? ssr::Weights::scores : ssr::Weights::plan;
   ssr::CpuBackend<T> backend(at::get_num_threads());  // backward needs the backend and the info only
-  ssr::backward(backend, info, {e.data_ptr<int32_t>(), m, k}, {w.data_ptr<T>(), m, k}, {g.data_ptr<T>(), m, k},
-                {grad.data_ptr<T>(), m, n});
+  const ssr::ConstMatrixView<T> logits = s.defined() ? ssr::ConstMatrixView<T>{s.data_ptr<T>(), m, n}
+                                                     : ssr::ConstMatrixView<T>{};
+  ssr::backward(backend, info, logits, {e.data_ptr<int32_t>(), m, k}, {w.data_ptr<T>(), m, k},
+                {g.data_ptr<T>(), m, k}, {grad.data_ptr<T>(), m, n});
 }
 
 Tensor route_backward_cpu(const Tensor& grad_weights, const Tensor& experts, const Tensor& weights, int64_t n,
-                          bool passes_gradient, const c10::optional<Tensor>& info) {
+                          bool passes_gradient, const c10::optional<Tensor>& info, std::string score,
+                          const c10::optional<Tensor>& logits) {
   TORCH_CHECK(weights.dim() == 2 && experts.dim() == 2, "ssr.route_backward: experts and weights must be 2-d");
   const Tensor g = grad_weights.contiguous().to(weights.scalar_type()), e = experts.contiguous(), w = weights.contiguous();
+  // Sigmoid score weights read the logits, in the weights' type.
+  const Tensor s = logits.has_value() ? logits->contiguous().to(weights.scalar_type()) : Tensor();
+  ssr::RouteInfo route_info;
   // With info (the forward's), its flag says whether the weights pass gradient.
   const bool passes = passes_gradient && (!info.has_value() || info->index({1}).item<double>() != 0.0);
+  route_info.weights = passes ? ssr::Weights::scores : ssr::Weights::plan;
   Tensor grad = torch::empty({e.size(0), n}, w.options());
   try {
+    route_info.score = ssr::parse_score(score);
     if (w.scalar_type() == torch::kFloat64) {
-      backward_on_cpu<double>(g, e, w, grad, passes);
+      backward_on_cpu<double>(g, e, w, s, grad, route_info);
     } else {
       TORCH_CHECK(w.scalar_type() == torch::kFloat32, "ssr.route_backward: weights must be float32 or float64");
-      backward_on_cpu<float>(g, e, w, grad, passes);
+      backward_on_cpu<float>(g, e, w, s, grad, route_info);
     }
   } catch (const ssr::Error& err) {
     TORCH_CHECK(false, err.what());
@@ -115,11 +128,12 @@ TORCH_LIBRARY(ssr, m) {
   m.def(
       "route(Tensor logits, str policy='selective', int k=2, str cost='linear', float xi=0.5, float tol=1e-4, "
       "int max_iters=100, str weights='plan', float p=1e-3, float noise_alpha=0., float noise_sigma=1., int seed=0, "
-      "int step=0, int layer=0, bool training=True, int first_row=0, str group='') "
+      "int step=0, int layer=0, bool training=True, int first_row=0, str group='', str score='softmax', "
+      "int n_groups=1, int topk_groups=1, Tensor? expert_bias=None) "
       "-> (Tensor experts, Tensor weights, Tensor load, Tensor info)");
   m.def(
       "route_backward(Tensor grad_weights, Tensor experts, Tensor weights, int n, bool passes_gradient, "
-      "Tensor? info=None) -> Tensor");
+      "Tensor? info=None, str score='softmax', Tensor? logits=None) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(ssr, CPU, m) {

@@ -74,12 +74,17 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> route_cuda(const Tensor& logits, std:
                                                       double xi, double tol, int64_t max_iters, std::string weights,
                                                       double p, double noise_alpha, double noise_sigma, int64_t seed,
                                                       int64_t step, int64_t layer, bool training, int64_t first_row,
-                                                      std::string group) {
+                                                      std::string group, std::string score, int64_t n_groups,
+                                                      int64_t topk_groups, const c10::optional<Tensor>& expert_bias) {
   const c10::cuda::CUDAGuard device(logits.device());
   const RouteArgs a{std::move(policy), k,     std::move(cost), xi,   tol,  max_iters, std::move(weights), p,
-                    noise_alpha,       noise_sigma, seed,       step, layer, training,  first_row};
+                    noise_alpha,       noise_sigma, seed,       step, layer, training,  first_row,
+                    std::move(score),  n_groups,    topk_groups, expert_bias};
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(logits.get_device()).stream();
-  return route_in_group(a, group, logits.device(), stream, [&] { check_cuda_logits(logits); },
+  return route_in_group(a, group, logits.device(), stream, [&] {
+                          check_cuda_logits(logits);
+                          a.check_expert_bias(logits);
+                        },
                         [&](const ssr::SSRPolicy& route_policy, const ssr::Context& ctx, const DeviceCommunicator* ranks) {
                           switch (logits.scalar_type()) {
                             case at::kDouble: return route_on_cuda<double, double>(logits, route_policy, ctx, ranks);
@@ -91,31 +96,39 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> route_cuda(const Tensor& logits, std:
 }
 
 template <class T>
-void backward_on_cuda(const Tensor& g, const Tensor& e, const Tensor& w, Tensor& grad, cudaStream_t stream) {
+void backward_on_cuda(const Tensor& g, const Tensor& e, const Tensor& w, const Tensor& s, Tensor& grad, ssr::Score score,
+                      cudaStream_t stream) {
   const int64_t m = e.size(0), k = e.size(1), n = grad.size(1);
   ssr::RouteInfo info;
   info.weights = ssr::Weights::scores;  // plan weights are zeroed by the caller, from info[1] on the device
+  info.score = score;
   ssr::CudaBackend<T> backend;
-  ssr::backward(backend, info, {e.const_data_ptr<int32_t>(), m, k}, {w.const_data_ptr<T>(), m, k},
+  const ssr::ConstMatrixView<T> logits = s.defined() ? ssr::ConstMatrixView<T>{s.const_data_ptr<T>(), m, n}
+                                                     : ssr::ConstMatrixView<T>{};
+  ssr::backward(backend, info, logits, {e.const_data_ptr<int32_t>(), m, k}, {w.const_data_ptr<T>(), m, k},
                 {g.const_data_ptr<T>(), m, k}, {grad.data_ptr<T>(), m, n},
                 ssr::CallOptions<cudaStream_t>{}.on(stream).unchecked());
 }
 
 Tensor route_backward_cuda(const Tensor& grad_weights, const Tensor& experts, const Tensor& weights, int64_t n,
-                           bool passes_gradient, const c10::optional<Tensor>& info) {
+                           bool passes_gradient, const c10::optional<Tensor>& info, std::string score,
+                           const c10::optional<Tensor>& logits) {
   TORCH_CHECK(weights.dim() == 2 && experts.dim() == 2, "ssr.route_backward: experts and weights must be 2-d");
   TORCH_CHECK(weights.scalar_type() == at::kFloat || weights.scalar_type() == at::kDouble,
               "ssr.route_backward: weights must be float32 or float64");
   const c10::cuda::CUDAGuard device(weights.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(weights.get_device()).stream();
   const Tensor g = grad_weights.contiguous().to(weights.scalar_type()), e = experts.contiguous(), w = weights.contiguous();
+  // Sigmoid score weights read the logits, in the weights' type.
+  const Tensor s = logits.has_value() ? logits->contiguous().to(weights.scalar_type()) : Tensor();
   Tensor grad = at::empty({e.size(0), n}, w.options());
   if (!passes_gradient) return grad.zero_();
   try {
+    const ssr::Score route_score = ssr::parse_score(score);
     if (w.scalar_type() == at::kDouble) {
-      backward_on_cuda<double>(g, e, w, grad, stream);
+      backward_on_cuda<double>(g, e, w, s, grad, route_score, stream);
     } else {
-      backward_on_cuda<float>(g, e, w, grad, stream);
+      backward_on_cuda<float>(g, e, w, s, grad, route_score, stream);
     }
   } catch (const ssr::Error& err) {
     TORCH_CHECK(false, err.what());

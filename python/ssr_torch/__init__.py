@@ -9,7 +9,9 @@ from . import _C  # noqa: F401  registers the operators
 from . import _ops  # noqa: F401  fake kernels and autograd
 from ._ops import route
 from ._version import __version__
-from .losses import load_balancing_loss, z_loss
+from .losses import (global_load_balancing_loss, load_balancing_loss, normalised_scores, sequence_balance_loss,
+                     update_expert_bias, z_loss)
 from .router import ROUTERS, Router
 
-__all__ = ["Router", "ROUTERS", "route", "load_balancing_loss", "z_loss", "__version__"]
+__all__ = ["Router", "ROUTERS", "route", "load_balancing_loss", "global_load_balancing_loss", "sequence_balance_loss",
+           "normalised_scores", "update_expert_bias", "z_loss", "__version__"]

@@ -10,7 +10,8 @@ def _weights_dtype(logits):
 
 @torch.library.register_fake("ssr::route")
 def _route_fake(logits, policy="selective", k=2, cost="linear", xi=0.5, tol=1e-4, max_iters=100, weights="plan",
-                p=1e-3, noise_alpha=0.0, noise_sigma=1.0, seed=0, step=0, layer=0, training=True, first_row=0, group=""):
+                p=1e-3, noise_alpha=0.0, noise_sigma=1.0, seed=0, step=0, layer=0, training=True, first_row=0, group="",
+                score="softmax", n_groups=1, topk_groups=1, expert_bias=None):
     torch._check(logits.dim() == 2, lambda: f"ssr.route: logits must be 2-d, got {logits.dim()} dimensions")
     m, n = logits.shape
     return (logits.new_empty((m, k), dtype=torch.int32), logits.new_empty((m, k), dtype=_weights_dtype(logits)),
@@ -18,25 +19,32 @@ def _route_fake(logits, policy="selective", k=2, cost="linear", xi=0.5, tol=1e-4
 
 
 @torch.library.register_fake("ssr::route_backward")
-def _route_backward_fake(grad_weights, experts, weights, n, passes_gradient, info=None):
+def _route_backward_fake(grad_weights, experts, weights, n, passes_gradient, info=None, score="softmax", logits=None):
     return weights.new_empty((experts.shape[0], n))
+
+
+# The position of the score argument in the operator's schema.
+_SCORE = 17
 
 
 def _setup_context(ctx, inputs, output):
     experts, weights, load, info = output
-    ctx.save_for_backward(experts, weights, info)
-    ctx.n = inputs[0].shape[1]
-    ctx.logits_dtype = inputs[0].dtype
+    logits = inputs[0]
+    ctx.score = inputs[_SCORE] if len(inputs) > _SCORE else "softmax"
+    # The gradient of sigmoid score weights reads the logits.
+    ctx.save_for_backward(experts, weights, info, logits if ctx.score == "sigmoid" else None)
+    ctx.n = logits.shape[1]
+    ctx.logits_dtype = logits.dtype
     ctx.other_inputs = len(inputs) - 1
     ctx.mark_non_differentiable(experts, load, info)
 
 
 def _backward(ctx, grad_experts, grad_weights, grad_load, grad_info):
-    experts, weights, info = ctx.saved_tensors
+    experts, weights, info, logits = ctx.saved_tensors
     if grad_weights is None:
         grad_weights = torch.zeros_like(weights)
     # info[1] (on the logits' device) says whether the weights pass gradient: plan weights do not.
-    grad = torch.ops.ssr.route_backward(grad_weights, experts, weights, ctx.n, True, info)
+    grad = torch.ops.ssr.route_backward(grad_weights, experts, weights, ctx.n, True, info, ctx.score, logits)
     return (grad.to(ctx.logits_dtype),) + (None,) * ctx.other_inputs
 
 
@@ -44,14 +52,20 @@ torch.library.register_autograd("ssr::route", _backward, setup_context=_setup_co
 
 
 def route(logits, policy="selective", k=2, cost="linear", xi=0.5, tol=1e-4, max_iters=100, weights="plan", p=1e-3,
-          noise_alpha=0.0, noise_sigma=1.0, seed=0, step=0, layer=0, training=True, first_row=0, group=None):
+          noise_alpha=0.0, noise_sigma=1.0, seed=0, step=0, layer=0, training=True, first_row=0, group=None,
+          score="softmax", n_groups=1, topk_groups=1, expert_bias=None):
     """Routes logits (m x n): returns experts (m x k, int32), weights (m x k), load (n, int32) and info
     [took Sinkhorn, weights pass gradient, iterations, marginal error] (float64). See ssr-route's options.
 
     With group (a torch.distributed process group), the Sinkhorn path balances the plan over the tokens of
-    every rank of the group, whose rows start at global row first_row; every rank makes the call."""
+    every rank of the group, whose rows start at global row first_row; every rank makes the call.
+
+    score ("softmax" or "sigmoid"), n_groups and topk_groups (group-limited top-k) and expert_bias (n float32
+    values on the logits' device, added to the scores when the softmax path selects) are the selection
+    rules of docs/routers.md."""
     return torch.ops.ssr.route(logits, policy, k, cost, xi, tol, max_iters, weights, p, noise_alpha, noise_sigma, seed,
-                               step, layer, training, first_row, group_name(group))
+                               step, layer, training, first_row, group_name(group), score, n_groups, topk_groups,
+                               expert_bias)
 
 
 def group_name(group):

@@ -1,16 +1,81 @@
-"""The balancing losses SSR is compared with, as differentiable functions of the gating logits (the
-formulas of ssr/losses.hpp)."""
+"""The balancing losses SSR is compared with, as differentiable functions of the gating logits, and the
+expert-bias update of auxiliary-loss-free balancing (the formulas of ssr/losses.hpp and ssr/expert_bias.hpp)."""
 import torch
+import torch.distributed as dist
+
+_SCORES = ("softmax", "sigmoid")
 
 
-def load_balancing_loss(logits, experts):
+def normalised_scores(logits, score="softmax"):
+    """s(S) / sum_j s(S_j) per row: the softmax, or the sigmoids divided by their sum."""
+    if score not in _SCORES:
+        raise ValueError(f"ssr_torch: invalid score = {score!r}: must be softmax or sigmoid")
+    if score == "softmax":
+        return torch.softmax(logits, dim=1)
+    s = torch.sigmoid(logits)
+    return s / s.sum(dim=1, keepdim=True)
+
+
+def _counts(experts, n):
+    return torch.bincount(experts.reshape(-1).long(), minlength=n)
+
+
+def load_balancing_loss(logits, experts, score="softmax"):
     """Switch/GShard: n * sum_j f_j P_j, f_j the share of the m * k assignments sent to expert j (a constant)
-    and P_j the mean router softmax probability of expert j."""
+    and P_j the mean normalised score of expert j (the router softmax for softmax scores)."""
     m, n = logits.shape
-    f = torch.bincount(experts.reshape(-1).long(), minlength=n).to(logits.dtype) / experts.numel()
-    return n * (f * torch.softmax(logits, dim=1).mean(0)).sum()
+    f = _counts(experts, n).to(logits.dtype) / experts.numel()
+    return n * (f * normalised_scores(logits, score).mean(0)).sum()
+
+
+def global_load_balancing_loss(logits, counts, tokens, k, score="softmax", group=None):
+    """The global-batch load-balancing loss: n * sum_j f_j P_j with f_j = counts_j / (k * tokens) from the
+    assignments of the whole batch (the caller's counts over micro-batches, summed here over the ranks of
+    group when given) and P_j the mean normalised score of these logits' tokens."""
+    m, n = logits.shape
+    totals = torch.cat([counts.reshape(-1).to(torch.int64),
+                        torch.as_tensor([tokens], dtype=torch.int64, device=counts.device)])
+    if totals.numel() != n + 1:
+        raise ValueError(f"ssr_torch.global_load_balancing_loss: counts has {counts.numel()} entries, expected {n}")
+    if group is not None:
+        dist.all_reduce(totals, group=group)
+    f = totals[:n].to(logits.dtype) / (k * totals[n].to(logits.dtype))
+    return n * (f.to(logits.device) * normalised_scores(logits, score).mean(0)).sum()
+
+
+def sequence_balance_loss(logits, experts, seq_len, alpha, score="softmax"):
+    """DeepSeek-V3's sequence-wise balance loss, averaged over the sequences of seq_len consecutive rows:
+    alpha * sum_j f_j P_j per sequence, f_j = n / (k * seq_len) * the sequence's assignments to expert j and
+    P_j the sequence's mean normalised score."""
+    m, n = logits.shape
+    k = experts.shape[1]
+    if seq_len < 1 or m % seq_len:
+        raise ValueError(f"ssr_torch.sequence_balance_loss: invalid seq_len = {seq_len}: must divide the rows m = {m}")
+    q = m // seq_len
+    one_hot = torch.zeros(q, seq_len * k, n, dtype=logits.dtype, device=logits.device)
+    one_hot.scatter_(2, experts.reshape(q, seq_len * k, 1).long(), 1.0)
+    f = one_hot.sum(1) * (n / (k * seq_len))
+    p = normalised_scores(logits, score).reshape(q, seq_len, n).mean(1)
+    return alpha * (f * p).sum(1).mean()
 
 
 def z_loss(logits):
     """ST-MoE router z-loss: mean_i (logsumexp_j S_ij)^2."""
     return torch.logsumexp(logits, dim=1).square().mean()
+
+
+@torch.no_grad()
+def update_expert_bias(bias, load, rate, group=None):
+    """Auxiliary-loss-free balancing (DeepSeek-V3): bias_j += rate * sign(mean load - load_j), in place, from
+    this step's loads (summed over micro-batches by the caller, over the ranks of group here), in exact
+    integer arithmetic: every rank makes the same update. Nothing waits for the host."""
+    if rate < 0:
+        raise ValueError(f"ssr_torch.update_expert_bias: invalid rate = {rate}: must be >= 0")
+    if load.numel() != bias.numel():
+        raise ValueError(f"ssr_torch.update_expert_bias: load has {load.numel()} entries, bias {bias.numel()}")
+    counts = load.reshape(-1).to(torch.int64, copy=True)
+    if group is not None:
+        dist.all_reduce(counts, group=group)
+    direction = torch.sign(counts.sum() - counts.numel() * counts)
+    bias.add_(direction.to(bias.dtype).to(bias.device), alpha=rate)
+    return bias

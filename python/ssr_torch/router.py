@@ -3,12 +3,14 @@ import torch
 import torch.distributed as dist
 
 from ._ops import route
+from .losses import update_expert_bias
 
 # The library's routers (ssr::make_policy): softmax top-k; Sinkhorn top-k on every training call; SSR,
 # Sinkhorn with probability p per training call. Evaluation always routes by softmax top-k.
 ROUTERS = ("softmax", "sinkhorn", "ssr")
 _COSTS = ("linear", "softmax")
 _WEIGHTS = ("plan", "scores")
+_SCORES = ("softmax", "sigmoid")
 
 
 class Router(torch.nn.Module):
@@ -25,14 +27,27 @@ class Router(torch.nn.Module):
     plan over the tokens of every rank of the group: every rank calls forward with the same options and
     step. A rank's tokens are global rows rank * m .. rank * m + m - 1 (ranks of equal batches, the
     data-parallel case) unless forward is given first_row (uneven batches: the rows of the lower ranks).
+
+    The selection rules of today's engines (docs/routers.md): score "sigmoid" (DeepSeek-V3) instead of
+    "softmax"; group-limited top-k over n_groups equal groups of experts, keeping topk_groups; and with
+    expert_bias=True (n_experts needed) a float32 buffer `expert_bias` added to the scores when the softmax
+    path selects. With bias_update_rate > 0 each training call moves it toward balance
+    (ssr_torch.update_expert_bias, loads summed over group); with 0 the caller updates it, e.g. once per
+    optimizer step from the loads of its micro-batches.
     """
 
     def __init__(self, router="ssr", k=2, cost="linear", xi=0.5, tol=1e-4, max_iters=100, weights="plan", p=1e-3,
-                 noise_alpha=0.0, noise_sigma=1.0, seed=0, layer=0, group=None):
+                 noise_alpha=0.0, noise_sigma=1.0, seed=0, layer=0, group=None, score="softmax", n_groups=1,
+                 topk_groups=1, n_experts=None, expert_bias=False, bias_update_rate=0.0):
         super().__init__()
         _choose("router", router, ROUTERS + ("selective",))
         _choose("cost", cost, _COSTS)
         _choose("weights", weights, _WEIGHTS)
+        _choose("score", score, _SCORES)
+        if expert_bias and (n_experts is None or n_experts < 1):
+            raise ValueError(f"ssr_torch.Router: expert_bias needs n_experts (the number of experts), got {n_experts}")
+        if bias_update_rate and not expert_bias:
+            raise ValueError("ssr_torch.Router: bias_update_rate needs expert_bias=True")
         for name, value, ok, rule in (("k", k, k >= 1, "must be at least 1"),
                                       ("xi", xi, xi > 0, "must be > 0"), ("tol", tol, tol > 0, "must be > 0"),
                                       ("max_iters", max_iters, max_iters >= 1, "must be at least 1"),
@@ -40,13 +55,23 @@ class Router(torch.nn.Module):
                                       ("noise_alpha", noise_alpha, noise_alpha >= 0, "must be >= 0"),
                                       ("noise_sigma", noise_sigma, noise_sigma > 0, "must be > 0"),
                                       ("seed", seed, 0 <= seed < 2 ** 32, "must be in [0, 2^32)"),
-                                      ("layer", layer, 0 <= layer < 2 ** 32, "must be in [0, 2^32)")):
+                                      ("layer", layer, 0 <= layer < 2 ** 32, "must be in [0, 2^32)"),
+                                      ("n_groups", n_groups, n_groups >= 1, "must be at least 1"),
+                                      ("topk_groups", topk_groups, 1 <= topk_groups <= n_groups,
+                                       "must be in [1, n_groups]"),
+                                      ("bias_update_rate", bias_update_rate, bias_update_rate >= 0, "must be >= 0")):
             if not ok:
                 raise ValueError(f"ssr_torch.Router: invalid {name} = {value}: {rule}")
         self.router, self.k, self.cost, self.weights = router, int(k), cost, weights
         self.xi, self.tol, self.max_iters, self.p = float(xi), float(tol), int(max_iters), float(p)
         self.noise_alpha, self.noise_sigma = float(noise_alpha), float(noise_sigma)
         self.seed, self.layer = int(seed), int(layer)
+        self.score, self.n_groups, self.topk_groups = score, int(n_groups), int(topk_groups)
+        self.bias_update_rate = float(bias_update_rate)
+        if expert_bias:
+            self.register_buffer("expert_bias", torch.zeros(int(n_experts), dtype=torch.float32))
+        else:
+            self.expert_bias = None
         self.group = group
         self.group_rank = 0 if group is None else dist.get_rank(group)
         self.step = 0
@@ -58,7 +83,10 @@ class Router(torch.nn.Module):
         row = self.group_rank * logits.shape[0] if first_row is None else first_row
         experts, weights, load, info = route(logits, self.router, self.k, self.cost, self.xi, self.tol, self.max_iters,
                                              self.weights, self.p, self.noise_alpha, self.noise_sigma, self.seed,
-                                             call_step, self.layer, self.training, row, self.group)
+                                             call_step, self.layer, self.training, row, self.group, self.score,
+                                             self.n_groups, self.topk_groups, self.expert_bias)
+        if self.training and self.bias_update_rate > 0:
+            update_expert_bias(self.expert_bias, load, self.bias_update_rate, self.group)
         if self.training and step is None:
             self.step += 1
         self.load, self.info = load, info
@@ -66,7 +94,9 @@ class Router(torch.nn.Module):
 
     def extra_repr(self):
         return (f"router={self.router!r}, k={self.k}, cost={self.cost!r}, xi={self.xi}, weights={self.weights!r}, "
-                f"p={self.p}, noise_alpha={self.noise_alpha}, layer={self.layer}")
+                f"p={self.p}, noise_alpha={self.noise_alpha}, layer={self.layer}, score={self.score!r}, "
+                f"n_groups={self.n_groups}, topk_groups={self.topk_groups}, "
+                f"expert_bias={self.expert_bias is not None}, bias_update_rate={self.bias_update_rate}")
 
 
 def _choose(name, value, choices):

@@ -32,6 +32,24 @@ def test_cuda_opcheck(policy):
                           test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_cuda_selection_routes_as_the_cpu(dtype):
+    s = make_logits(3000, 64, 7).to(dtype)
+    host = s.float() if dtype == torch.bfloat16 else s
+    bias = 0.1 * torch.randn(64, generator=torch.Generator().manual_seed(1))
+    options = dict(score="sigmoid", n_groups=8, topk_groups=4, training=True)
+    e_gpu, w_gpu, load_gpu, _ = ssr_torch.route(s.cuda(), "softmax", 6, expert_bias=bias.cuda(), **options)
+    e_cpu, w_cpu, load_cpu, _ = ssr_torch.route(host, "softmax", 6, expert_bias=bias, **options)
+    same = (e_gpu.cpu() == e_cpu).all(dim=1)
+    assert same.float().mean() > 0.999  # all but near-ties
+    torch.testing.assert_close(w_gpu.cpu()[same], w_cpu[same], rtol=0, atol=1e-6)
+    x = [host.clone().requires_grad_(), s.cuda().requires_grad_()]
+    for t, b in zip(x, (bias, bias.cuda())):
+        w = ssr_torch.route(t, "softmax", 6, expert_bias=b, **options)[1]
+        (w * torch.arange(6, dtype=w.dtype, device=w.device)).sum().backward()
+    torch.testing.assert_close(x[1].grad.cpu().to(x[0].grad.dtype)[same], x[0].grad[same], rtol=0, atol=1e-5)
+
+
 def test_cuda_gradients_match_the_cpu():
     s = make_logits(200, 8, 3)
     grads = []
