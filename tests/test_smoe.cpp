@@ -78,7 +78,8 @@ void randomise(std::vector<smoe::Tensor<double>> tensors, smoe::Rng& rng) {
 // biases, and the input. fd_routing: route afresh under each perturbation, or replay the base routing
 // (the function whose gradient backward gives when the router's weights pass no gradient).
 template <class Policy>
-GradientCheck check_layer(const Policy& policy, smoe::LayerOptions options, smoe::Routing fd_routing) {
+GradientCheck check_layer(const Policy& policy, smoe::LayerOptions options, smoe::Routing fd_routing,
+                          int bias_steps = 0) {
   const Index m = 12, d = 5, h = 6, n = 4;
   smoe::Rng rng(11);
   smoe::SmoeLayer<double> layer(d, h, n, options, rng);
@@ -86,6 +87,11 @@ GradientCheck check_layer(const Policy& policy, smoe::LayerOptions options, smoe
   Mat<double> x = smoe::random_normal<double>(m, d, 1.0, rng), r = smoe::random_normal<double>(m, d, 1.0, rng);
   Router<Policy> router(policy, ssr::CpuBackend<double>(1));
   smoe::Pass pass{ssr::Context::train(/*step=*/3, /*layer=*/1, /*seed=*/5), /*gate_noise=*/true, smoe::Routing::route};
+  for (int b = 0; b < bias_steps; ++b) {  // a bias that is not zero
+    smoe::LayerCache<double> warm;
+    layer.forward(router, x, pass, warm);
+    layer.update_bias(warm);
+  }
 
   smoe::LayerCache<double> base;
   layer.forward(router, x, pass, base);
@@ -110,14 +116,17 @@ GradientCheck check_layer(const Policy& policy, smoe::LayerOptions options, smoe
 // The byte-level model (two SMoE layers), loss cross-entropy + aux: the embedding, every layer's tensors
 // and the read-out.
 template <class Policy>
-GradientCheck check_model(const Policy& policy, smoe::LayerOptions options, smoe::Routing fd_routing) {
+GradientCheck check_model(const Policy& policy, smoe::LayerOptions options, smoe::Routing fd_routing,
+                          double momentum = 0, double gamma = 1) {
   smoe::ModelOptions mo;
   mo.context = 2;
   mo.dim = 4;
   mo.hidden = 5;
   mo.experts = 4;
-  mo.layers = 2;
+  mo.layers = 3;
   mo.layer = options;
+  mo.momentum = momentum;
+  mo.step_size = gamma;
   smoe::ByteLM<double> model(mo, 3);
   smoe::Rng rng(17);
   const smoe::Batch batch = smoe::sample_batch(smoe::generate_corpus(4000, 1), 10, mo.context, rng);
@@ -188,6 +197,35 @@ TEST_CASE("smoe layer: every gradient matches central differences", "[smoe]") {
   }
 }
 
+TEST_CASE("smoe layer: gradients with capacity, sigmoid scores, bias, groups and the sequence-wise loss", "[smoe]") {
+  const OneThread one;
+  smoe::LayerOptions o = with_aux(true);
+  o.capacity = 0.75;  // ceil(0.75 * 12 * 2 / 4) = 5 tokens per expert: some assignments are dropped
+  o.sequence_balance = 0.4;
+  o.seq_len = 4;
+  o.bias_rate = 0.05;
+  const ssr::SoftmaxTopK grouped(2, ssr::Cost::linear, {ssr::Score::sigmoid, 2, 1});
+  check_layer(grouped, o, smoe::Routing::route, 3);
+  check_layer(ssr::SoftmaxTopK(2, ssr::Cost::linear, {ssr::Score::sigmoid, 1, 1}), o, smoe::Routing::route, 3);
+  check_layer(ssr::SoftmaxTopK(2), o, smoe::Routing::route);
+
+  // The dropped assignments are those over capacity, and they reach no expert.
+  smoe::Rng rng(3);
+  smoe::SmoeLayer<double> layer(5, 6, 4, o, rng);
+  const Mat<double> x = smoe::random_normal<double>(40, 5, 1.0, rng);
+  Router<ssr::SoftmaxTopK> router(ssr::SoftmaxTopK(2));
+  smoe::LayerCache<double> c;
+  layer.forward(router, x, {ssr::Context::train(0), false, smoe::Routing::route}, c);
+  const Index capacity = ssr::expert_capacity(0.75, 40, 2, 4);
+  Index over = 0;
+  for (const std::int32_t l : c.load) over += std::max<Index>(0, l - capacity);
+  REQUIRE(over > 0);
+  REQUIRE(c.dropped == over);
+  REQUIRE(c.offsets.back() == 80 - over);
+  layer.forward(router, x, {ssr::Context::train(0), false, smoe::Routing::route, /*capacity=*/false}, c);
+  REQUIRE(c.dropped == 0);
+}
+
 TEST_CASE("smoe layer: plan weights pass the gate no gradient but the auxiliary losses'", "[smoe]") {
   const Index m = 16, d = 3, n = 4;
   for (const bool aux : {false, true}) {
@@ -222,6 +260,10 @@ TEST_CASE("smoe byte LM: gradients of embedding, layers and read-out match centr
   SECTION("Sinkhorn with score weights") { check_model(sinkhorn_scores, with_aux(true), smoe::Routing::route); }
   SECTION("SSR-L, Sinkhorn path (plan weights, stop-gradient)") {
     check_model(ssr::make_ssr(2, ssr::Cost::linear, 1.0, {0.5, 1e-4, 100}), with_aux(true), smoe::Routing::replay);
+  }
+  SECTION("Momentum SMoE (mu 0.6, gamma 0.8)") {
+    check_model(ssr::SoftmaxTopK(2), with_aux(true), smoe::Routing::route, 0.6, 0.8);
+    check_model(sinkhorn_scores, with_aux(false), smoe::Routing::route, 0.9, 1.3);
   }
 }
 
@@ -336,6 +378,46 @@ TEST_CASE("smoe corpus: split and batches", "[smoe]") {
   REQUIRE(tokens == 106);  // every position after the first 4
   REQUIRE(batches.back().targets.back() == 'b');
   REQUIRE(batches.front().context(0, 3) == 'a');  // context(i, c): c + 1 bytes back
+
+  // Batches of sequences: each of 8 rows of consecutive positions, and validation batches that mix
+  // sequences from across the text, every position once.
+  smoe::Rng rng(1);
+  const std::string text = smoe::generate_corpus(5000, 2);
+  const smoe::Batch b = smoe::sample_batch(text, 32, 4, rng, 8);
+  for (Index i = 0; i < 32; ++i)
+    if (i % 8 != 7) REQUIRE(b.context(i + 1, 0) == b.targets[static_cast<std::size_t>(i)]);
+  const auto mixed = smoe::sequential_batches(text, 64, 4, 1000, 16);
+  std::vector<int> seen(1004, 0);
+  for (const auto& batch : mixed) {
+    REQUIRE(batch.size() <= 64);
+    for (Index i = 0; i < batch.size(); ++i) {
+      // The context identifies the position: find it among the first 1004 bytes.
+      int matches = 0;
+      for (std::size_t p = 4; p < 1004; ++p) {
+        bool same = text[p] == static_cast<char>(batch.targets[static_cast<std::size_t>(i)]);
+        for (int back = 0; back < 4 && same; ++back)
+          same = text[p - 1 - static_cast<std::size_t>(back)] == static_cast<char>(batch.context(i, back));
+        if (same && seen[p] == 0) {
+          ++seen[p];
+          ++matches;
+          break;
+        }
+      }
+      REQUIRE(matches == 1);
+    }
+  }
+  REQUIRE(mixed.size() == 16);  // 1000 predictions, 63 sequences of 16, 4 per batch
+
+  // The attacked text: a seeded fraction of its bytes replaced, the rest untouched.
+  const std::string clean = smoe::generate_corpus(100000, 3);
+  REQUIRE(smoe::attack(clean, 0, 1) == clean);
+  const std::string attacked = smoe::attack(clean, 0.1, 1);
+  REQUIRE(smoe::attack(clean, 0.1, 1) == attacked);
+  REQUIRE(smoe::attack(clean, 0.1, 2) != attacked);
+  std::size_t changed = 0;
+  for (std::size_t i = 0; i < clean.size(); ++i) changed += clean[i] != attacked[i];
+  REQUIRE(changed > 9000);   // 10% drawn, of which 1/256 keep their byte by chance
+  REQUIRE(changed < 10600);
 
   const std::string shakespeare = SSR_SHARED_DATA "/tinyshakespeare.txt";  // beside the project, when present
   if (std::filesystem::exists(shakespeare)) {

@@ -1,5 +1,7 @@
 // A byte-level language model built from SMoE layers: the sum of position-wise embeddings of the previous
 // C bytes, L residual SMoE blocks x <- x + SMoE_l(x), a linear read-out to 256 logits, and cross-entropy.
+// With momentum the blocks are Momentum SMoE's (Teo et al. 2024), a heavy-ball residual:
+// p_l = -SMoE_l(x_l) + mu p_{l-1}, x_{l+1} = x_l - gamma p_l (mu = 0, gamma = 1: the plain residual).
 #pragma once
 
 #include <cmath>
@@ -18,6 +20,8 @@ struct ModelOptions {
   Index hidden = 128;  // h, each expert's hidden width
   Index experts = 8;   // n
   int layers = 2;      // L
+  double momentum = 0;   // mu of Momentum SMoE
+  double step_size = 1;  // gamma of Momentum SMoE
   LayerOptions layer;
 };
 
@@ -50,6 +54,7 @@ class ByteLM {
   const ModelOptions& options() const { return options_; }
   int layers() const { return options_.layers; }
   const LayerCache<T>& cache(int layer) const { return caches_[static_cast<std::size_t>(layer)]; }
+  SmoeLayer<T>& layer(int l) { return layers_[static_cast<std::size_t>(l)]; }
 
   // Every trainable tensor with its gradient: embedding, each layer's, the read-out.
   std::vector<Tensor<T>> tensors() {
@@ -75,10 +80,13 @@ class ByteLM {
     for (Index i = 0; i < m; ++i)
       for (int c = 0; c < options_.context; ++c) x.row(i) += embedding_.row(embedding_row(c, batch.context(i, c)));
     aux_ = 0;
+    Mat<T> p = Mat<T>::Zero(m, options_.dim);
+    const auto mu = static_cast<T>(options_.momentum), gamma = static_cast<T>(options_.step_size);
     for (std::size_t l = 0; l < layers_.size(); ++l) {
       Pass layer_pass = pass;
       layer_pass.ctx.layer = static_cast<std::uint32_t>(l);
-      x += layers_[l].forward(router, x, layer_pass, caches_[l]);
+      p = mu * p - layers_[l].forward(router, x, layer_pass, caches_[l]);
+      x -= gamma * p;
       aux_ += layers_[l].aux_loss(caches_[l]);
     }
     top_ = x;
@@ -113,8 +121,12 @@ class ByteLM {
     grad_out_weight_.noalias() += grad_logits.transpose() * top_;
     grad_out_bias_ += grad_logits.colwise().sum();
     Mat<T> grad_x = grad_logits * out_weight_, grad_branch;
-    for (std::size_t l = layers_.size(); l-- > 0;) {  // x_{l+1} = x_l + SMoE_l(x_l)
-      layers_[l].backward(router, caches_[l], grad_x, grad_branch);
+    // dL/dp_l = -gamma dL/dx_{l+1} + mu dL/dp_{l+1}, and SMoE_l's output gets -dL/dp_l.
+    Mat<T> grad_p = Mat<T>::Zero(m, options_.dim);
+    const auto mu = static_cast<T>(options_.momentum), gamma = static_cast<T>(options_.step_size);
+    for (std::size_t l = layers_.size(); l-- > 0;) {
+      grad_p = mu * grad_p - gamma * grad_x;
+      layers_[l].backward(router, caches_[l], -grad_p, grad_branch);
       grad_x += grad_branch;
     }
     for (Index i = 0; i < m; ++i)

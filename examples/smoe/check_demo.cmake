@@ -1,11 +1,13 @@
 # Runs ssr-smoe-demo in a tiny configuration and checks its table, CSV and SVG files.
 file(REMOVE_RECURSE "${OUT}")
-execute_process(COMMAND "${DEMO}" --steps 20 --routers softmax,ssr-l --out "${OUT}"
+execute_process(COMMAND "${DEMO}" --steps 20 --routers softmax,sigmoid+bias,ssr-l --momentum 0.5 --out "${OUT}"
   RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT status EQUAL 0)
   message(FATAL_ERROR "ssr-smoe-demo exited with ${status}:\n${out}\n${err}")
 endif()
-foreach(row IN ITEMS "| router | val bits/byte" "| softmax | " "| ssr-l | ")
+foreach(row IN ITEMS "| router | val bits/byte | attacked | no capacity |" "| softmax | " "| sigmoid+bias | "
+                    "| ssr-l | " "Mean output norm" "| router | layer 0 | layer 1 |" "expert capacity factor 1;"
+                    "Momentum SMoE, mu = 0.5")
   string(FIND "${out}" "${row}" at)
   if(at EQUAL -1)
     message(FATAL_ERROR "the table has no row '${row}':\n${out}")
@@ -18,14 +20,14 @@ endif()
 
 file(STRINGS "${OUT}/steps.csv" lines)
 list(LENGTH lines count)
-if(NOT count EQUAL 41)  # header + 2 routers x 20 steps
-  message(FATAL_ERROR "steps.csv has ${count} lines, expected 41")
+if(NOT count EQUAL 61)  # header + 3 routers x 20 steps
+  message(FATAL_ERROR "steps.csv has ${count} lines, expected 61")
 endif()
 list(GET lines 0 header)
-if(NOT header MATCHES "^router,seed,step,train_bits_per_byte,")
+if(NOT header MATCHES "^router,seed,step,train_bits_per_byte,aux_loss,load_max_over_mean,load_cv,empty_experts,dropped,")
   message(FATAL_ERROR "steps.csv header: ${header}")
 endif()
-list(GET lines 40 last)
+list(GET lines 60 last)
 if(NOT last MATCHES "^ssr-l,0,19,[0-9.]+,")
   message(FATAL_ERROR "steps.csv last line: ${last}")
 endif()

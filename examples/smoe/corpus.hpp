@@ -127,27 +127,50 @@ inline void fill_row(const std::string& text, std::size_t position, int context,
 }
 }  // namespace detail
 
-// m predictions at positions drawn uniformly from the text.
-inline Batch sample_batch(const std::string& text, Index m, int context, Rng& rng) {
+// m predictions in sequences of seq_len consecutive positions (m / seq_len of them, the last one shorter
+// when seq_len does not divide m), each starting at a position drawn uniformly from the text; seq_len = 1
+// draws every position alone.
+inline Batch sample_batch(const std::string& text, Index m, int context, Rng& rng, Index seq_len = 1) {
   Batch b{IndexMat(m, context), std::vector<std::int32_t>(static_cast<std::size_t>(m))};
-  const std::size_t first = static_cast<std::size_t>(context), span = text.size() - first;
-  for (Index i = 0; i < m; ++i) detail::fill_row(text, first + rng.below(span), context, b, i);
+  const auto length = static_cast<std::size_t>(std::max<Index>(1, seq_len));
+  const std::size_t first = static_cast<std::size_t>(context), span = text.size() - first - (length - 1);
+  for (Index i = 0; i < m; i += static_cast<Index>(length)) {
+    const std::size_t start = first + rng.below(span);
+    for (Index t = 0; t < static_cast<Index>(length) && i + t < m; ++t)
+      detail::fill_row(text, start + static_cast<std::size_t>(t), context, b, i + t);
+  }
   return b;
 }
 
-// Consecutive batches of m predictions covering the text from its start, at most max_tokens in all
-// (the last batch may be shorter).
-inline std::vector<Batch> sequential_batches(const std::string& text, Index m, int context, Index max_tokens) {
+// The text with a seeded fraction `rate` of its bytes replaced by uniformly random bytes: the byte-level
+// analogue of an attacked validation set (a perturbed input, the clean next byte to predict is gone too).
+inline std::string attack(std::string text, double rate, std::uint64_t seed) {
+  if (!(rate >= 0 && rate <= 1)) throw std::invalid_argument("the attack rate must lie in [0, 1]");
+  Rng rng(seed);
+  for (char& c : text)
+    if (rng.uniform() < rate) c = static_cast<char>(rng.below(256));
+  return text;
+}
+
+// Batches of about m predictions covering the text from its start, at most max_tokens in all, every
+// prediction once. The predictions form sequences of seq_len consecutive positions, and batch b holds the
+// sequences b, b + B, b + 2B, ... of the B batches: with seq_len < m a batch mixes sequences from across
+// the text, as a deployed model's batches mix requests; seq_len = m gives consecutive batches.
+inline std::vector<Batch> sequential_batches(const std::string& text, Index m, int context, Index max_tokens,
+                                             Index seq_len = 0) {
+  const Index total = std::max<Index>(0, std::min(static_cast<Index>(text.size()) - context, max_tokens));
+  const Index length = seq_len > 0 ? std::min(seq_len, m) : m, sequences = (total + length - 1) / length;
+  const Index per_batch = std::max<Index>(1, m / length), count = (sequences + per_batch - 1) / per_batch;
   std::vector<Batch> batches;
-  const auto available = static_cast<Index>(text.size()) - context;
-  Index position = context, left = std::min(available, max_tokens);
-  while (left > 0) {
-    const Index rows = std::min(m, left);
-    Batch b{IndexMat(rows, context), std::vector<std::int32_t>(static_cast<std::size_t>(rows))};
-    for (Index i = 0; i < rows; ++i) detail::fill_row(text, static_cast<std::size_t>(position + i), context, b, i);
-    batches.push_back(std::move(b));
-    position += rows;
-    left -= rows;
+  for (Index b = 0; b < count; ++b) {
+    std::vector<Index> positions;
+    for (Index q = b; q < sequences; q += count)
+      for (Index t = q * length; t < std::min(total, (q + 1) * length); ++t) positions.push_back(context + t);
+    const auto rows = static_cast<Index>(positions.size());
+    Batch batch{IndexMat(rows, context), std::vector<std::int32_t>(static_cast<std::size_t>(rows))};
+    for (Index i = 0; i < rows; ++i)
+      detail::fill_row(text, static_cast<std::size_t>(positions[static_cast<std::size_t>(i)]), context, batch, i);
+    batches.push_back(std::move(batch));
   }
   return batches;
 }

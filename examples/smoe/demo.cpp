@@ -1,6 +1,8 @@
 // ssr-smoe-demo: trains the same byte-level SMoE language model with each router of the paper's Table 1
-// (same seed, same data) and compares validation bits per byte, expert load, Sinkhorn calls and step time.
-// Writes per-step metrics as CSV and the expert load over training as an SVG chart.
+// and of today's engines (same seed, same data), with an expert capacity that makes imbalance cost tokens,
+// and compares validation bits per byte (clean, attacked, without capacity, balanced at inference), expert
+// load, dropped tokens, Sinkhorn calls, step time and the blocks' output norms. Writes per-step metrics as
+// CSV and the expert load and loss over training as SVG charts.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -49,6 +51,12 @@ const char* usage =
     "  --seeds N       repeat with seeds S, S+1, ..., print mean +- standard deviation (default 1)\n"
     "  --seed S        first seed (default 0)\n"
     "  --batch M       tokens per step (default 256)\n"
+    "  --seq-len L     a batch is M / L sequences of L consecutive predictions (default 32)\n"
+    "  --capacity F    expert capacity factor: at most ceil(F k M / n) tokens per expert and step, the rest\n"
+    "                  skip it; 0: no limit (default 1)\n"
+    "  --momentum MU   Momentum SMoE: p_l = -SMoE_l(x_l) + MU p_(l-1), x_(l+1) = x_l - GAMMA p_l (default 0)\n"
+    "  --step-size G   GAMMA of Momentum SMoE (default 1)\n"
+    "  --attack R      also validate on the validation text with a fraction R of its bytes randomised (default 0.1)\n"
     "  --threads N     OpenMP threads (default 1: at this model size more threads cost more than they save)\n"
     "  --data FILE     train on FILE (90% train, 10% validation) instead of the generated corpus\n"
     "  --out DIR       output directory (default smoe-out)\n"
@@ -67,6 +75,9 @@ Args parse(int argc, char** argv) {
   Args a;
   a.train.steps = 800;
   a.train.eval_every = 200;
+  a.train.seq_len = 32;
+  a.train.attack = 0.1;
+  a.routers.capacity = 1.0;
   for (const auto& r : smoe::router_names()) a.names.push_back(r.name);
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
@@ -84,14 +95,24 @@ Args parse(int argc, char** argv) {
     else if (flag == "--seeds") a.seeds = std::stoi(value);
     else if (flag == "--seed") a.train.seed = std::stoull(value);
     else if (flag == "--batch") a.train.batch = std::stol(value);
+    else if (flag == "--seq-len") a.train.seq_len = std::stol(value);
+    else if (flag == "--capacity") a.routers.capacity = std::stod(value);
+    else if (flag == "--momentum") a.model.momentum = std::stod(value);
+    else if (flag == "--step-size") a.model.step_size = std::stod(value);
+    else if (flag == "--attack") a.train.attack = std::stod(value);
     else if (flag == "--threads") a.threads = std::stoi(value);
     else if (flag == "--data") a.data = value;
     else if (flag == "--out") a.out = value;
     else if (flag == "--csv") a.csv = value;
     else throw std::invalid_argument("unknown option " + flag + " (see --help)");
   }
-  if (a.train.steps < 1 || a.seeds < 1 || a.train.batch < 1 || a.threads < 1)
-    throw std::invalid_argument("--steps, --seeds, --batch and --threads must be at least 1");
+  if (a.train.steps < 1 || a.seeds < 1 || a.train.batch < 1 || a.threads < 1 || a.train.seq_len < 1)
+    throw std::invalid_argument("--steps, --seeds, --batch, --seq-len and --threads must be at least 1");
+  if (!(a.routers.capacity >= 0) || !std::isfinite(a.routers.capacity))
+    throw std::invalid_argument("--capacity must be finite and >= 0");
+  if (!(a.train.attack >= 0 && a.train.attack <= 1)) throw std::invalid_argument("--attack must lie in [0, 1]");
+  if (!std::isfinite(a.model.momentum) || !std::isfinite(a.model.step_size))
+    throw std::invalid_argument("--momentum and --step-size must be finite");
   for (const std::string& name : a.names) smoe::with_router(name, a.routers, [](auto&&...) {});  // names exist
   if (a.csv.empty()) a.csv = a.out + "/steps.csv";
   return a;
@@ -172,12 +193,20 @@ int main(int argc, char** argv) try {
         << args.train.adam.lr << ", " << args.train.batch << " tokens per step, " << args.train.steps << " steps, "
         << args.seeds << (args.seeds == 1 ? " seed" : " seeds") << " from " << args.train.seed << "\n"
         << "SSR: Sinkhorn with probability p = " << args.routers.p << " per layer and step; noise alpha = "
-        << args.routers.noise_alpha << " in the -noise variants\n";
+        << args.routers.noise_alpha << " in the -noise variants; expert bias rate " << args.routers.bias_rate << "\n"
+        << "batches of " << args.train.batch / args.train.seq_len << " sequences of " << args.train.seq_len
+        << " predictions; expert capacity factor " << args.routers.capacity
+        << (args.routers.capacity > 0 ? "" : " (none)") << "; residual "
+        << (args.model.momentum == 0 && args.model.step_size == 1
+                ? std::string("plain")
+                : "Momentum SMoE, mu = " + std::to_string(args.model.momentum) +
+                      ", gamma = " + std::to_string(args.model.step_size))
+        << "; attacked validation: " << args.train.attack << " of its bytes randomised\n";
   std::cout << setup.str() << std::flush;
 
   std::ofstream csv(args.csv);
-  csv << "router,seed,step,train_bits_per_byte,aux_loss,load_max_over_mean,load_cv,empty_experts,sinkhorn_layers,"
-         "step_ms,routing_ms,valid_bits_per_byte\n";
+  csv << "router,seed,step,train_bits_per_byte,aux_loss,load_max_over_mean,load_cv,empty_experts,dropped,"
+         "sinkhorn_layers,step_ms,routing_ms,valid_bits_per_byte\n";
   std::vector<RouterRuns> results;
   for (const std::string& name : args.names) {
     RouterRuns rr{name, {}};
@@ -191,7 +220,8 @@ int main(int argc, char** argv) try {
         rr.runs.push_back(smoe::train(policy, model, corpus, options, [&](const smoe::StepRecord& r) {
           progress.update(name, options.seed, r.step, r.train_bits);
           csv << name << ',' << options.seed << ',' << r.step << ',' << r.train_bits << ',' << r.aux_loss << ','
-              << r.max_over_mean << ',' << r.cv << ',' << r.empty_experts << ',' << r.sinkhorn_layers << ','
+              << r.max_over_mean << ',' << r.cv << ',' << r.empty_experts << ',' << r.dropped << ','
+              << r.sinkhorn_layers << ','
               << 1e3 * r.seconds << ',' << 1e3 * r.routing_seconds << ',';
           if (std::isfinite(r.valid_bits)) csv << r.valid_bits;
           csv << '\n';
@@ -209,15 +239,27 @@ int main(int argc, char** argv) try {
     if (rr.name == "softmax")
       for (const auto& r : rr.runs) vanilla_ms += 1e3 * r.seconds_per_step / static_cast<double>(rr.runs.size());
   std::ostringstream table;
-  table << "\n| router | val bits/byte | val bits/byte, Sinkhorn inference | load max/mean, training | "
-           "load max/mean, validation | load CV, validation | empty experts, validation | Sinkhorn calls | ms/step | "
-           "vs softmax | routing ms/step |\n"
-        << "|---|---|---|---|---|---|---|---|---|---|---|\n";
+  table << "\n| router | val bits/byte | attacked | no capacity | Sinkhorn inference | dropped %, training | "
+           "dropped %, validation | load max/mean, training | load max/mean, validation | load CV, validation | "
+           "empty experts, validation | Sinkhorn calls | ms/step | vs softmax | routing ms/step |\n"
+        << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  std::ostringstream norms;
+  norms << "\n| router |";
+  for (int l = 0; l < m.layers; ++l) norms << " layer " << l << " |";
+  norms << "\n|---|";
+  for (int l = 0; l < m.layers; ++l) norms << "---|";
+  norms << "\n";
   for (const RouterRuns& rr : results) {
     std::map<std::string, std::vector<double>> col;
     for (const smoe::RunResult& r : rr.runs) {
       col["bpb"].push_back(r.eval_softmax.bits_per_byte);
+      col["bpb_attacked"].push_back(r.eval_attacked.bits_per_byte);
+      col["bpb_free"].push_back(r.eval_no_capacity.bits_per_byte);
       col["bpb_sk"].push_back(r.eval_sinkhorn.bits_per_byte);
+      col["drop_train"].push_back(100 * r.train_dropped);
+      col["drop_val"].push_back(100 * r.eval_softmax.dropped);
+      for (int l = 0; l < m.layers; ++l)
+        col["norm" + std::to_string(l)].push_back(r.eval_softmax.output_norm[static_cast<std::size_t>(l)]);
       col["train_mm"].push_back(r.train_max_over_mean);
       col["val_mm"].push_back(r.eval_softmax.max_over_mean);
       col["val_cv"].push_back(r.eval_softmax.cv);
@@ -227,14 +269,21 @@ int main(int argc, char** argv) try {
       col["routing_ms"].push_back(1e3 * r.routing_seconds_per_step);
       if (vanilla_ms > 0) col["ratio"].push_back(1e3 * r.seconds_per_step / vanilla_ms);
     }
-    table << "| " << rr.name << " | " << summary(col["bpb"], 3) << " | " << summary(col["bpb_sk"], 3) << " | "
-          << summary(col["train_mm"], 2) << " | " << summary(col["val_mm"], 2) << " | " << summary(col["val_cv"], 2)
+    const bool attacked = args.train.attack > 0, capped = args.routers.capacity > 0;
+    table << "| " << rr.name << " | " << summary(col["bpb"], 3) << " | "
+          << (attacked ? summary(col["bpb_attacked"], 3) : std::string("-")) << " | "
+          << (capped ? summary(col["bpb_free"], 3) : std::string("-")) << " | " << summary(col["bpb_sk"], 3) << " | "
+          << summary(col["drop_train"], 1) << " | " << summary(col["drop_val"], 1) << " | " << summary(col["train_mm"], 2) << " | " << summary(col["val_mm"], 2) << " | " << summary(col["val_cv"], 2)
           << " | " << summary(col["empty"], 1) << " | " << summary(col["sinkhorn"], 0) << " / "
           << args.train.steps * m.layers << " | " << summary(col["ms"], 1) << " | "
           << (vanilla_ms > 0 ? summary(col["ratio"], 2) + "x" : std::string("-")) << " | "
           << summary(col["routing_ms"], 2) << " |\n";
+    norms << "| " << rr.name << " |";
+    for (int l = 0; l < m.layers; ++l) norms << " " << summary(col["norm" + std::to_string(l)], 3) << " |";
+    norms << "\n";
   }
-  std::cout << table.str() << std::flush;
+  std::cout << table.str() << "\nMean output norm |SMoE_l(x_l)| of each block on the validation text:\n"
+            << norms.str() << std::flush;
 
   // Expert load over training: max/mean per step, mean over layers and seeds, smoothed.
   const auto steps = static_cast<std::size_t>(args.train.steps), window = std::max<std::size_t>(1, steps / 20);
@@ -254,10 +303,14 @@ int main(int argc, char** argv) try {
                          "training step", "max / mean tokens per expert", load);
   smoe::write_line_chart(loss_svg, "Training loss (moving average over " + std::to_string(window) + " steps)",
                          "training step", "bits per byte", loss);
-  std::ofstream(args.out + "/summary.md") << setup.str() << table.str();
+  std::ofstream(args.out + "/summary.md") << setup.str() << table.str() << "\nMean output norm of each block:\n"
+                                           << norms.str();
 
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-  std::cout << "\nload max/mean: most tokens an expert gets over the mean (1 = balanced), per layer, mean over layers.\n"
+  std::cout << "\nval bits/byte: validation routed as deployed (evaluation path, with capacity); attacked: the same on "
+               "the attacked text; no capacity: without dropping tokens.\n"
+            << "dropped %: assignments over an expert's capacity, which skip it (the residual carries the token).\n"
+            << "load max/mean: most tokens an expert gets over the mean (1 = balanced), per layer, mean over layers.\n"
             << "Sinkhorn inference: validation routed by Sinkhorn top-k (plan weights, xi = 0.5) on batches of "
             << args.train.batch << " tokens, no parameter update.\n"
             << "routing ms/step: gate products, router (route and backward), grouping by expert, auxiliary losses.\n"

@@ -7,6 +7,7 @@
 #include <ssr/random.hpp>
 #include <ssr/router.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -23,9 +24,18 @@ namespace smoe {
 struct LayerOptions {
   double load_balancing = 0;  // weight of the Switch load-balancing loss; 0: off
   double z_loss = 0;          // weight of the ST-MoE router z-loss; 0: off
+  // Weight of DeepSeek-V3's sequence-wise balance loss over sequences of seq_len consecutive tokens; 0: off.
+  double sequence_balance = 0;
+  Index seq_len = 1;
   // Trainable noisy gating (Shazeer et al. 2017): in training the router sees
   // H = X W_g^T + eps * softplus(X W_noise^T), eps ~ N(0, 1) drawn from (seed, layer, step).
   bool noisy_gating = false;
+  // Auxiliary-loss-free balancing (DeepSeek-V3): a per-expert selection bias, moved by this rate toward
+  // balance after every training step (update_bias); 0: no bias.
+  double bias_rate = 0;
+  // Expert capacity factor F (Switch, GShard): each expert takes at most ceil(F k m / n) of a call's m
+  // tokens, in token order; the rest skip it (the residual carries them). 0: no limit.
+  double capacity = 0;
 };
 
 // Route afresh, or replay the experts and weights of the previous forward on new inputs. Replay is the
@@ -37,6 +47,7 @@ struct Pass {
   ssr::Context ctx = ssr::Context::eval();
   bool gate_noise = false;
   Routing routing = Routing::route;
+  bool capacity = true;  // apply the layer's capacity factor (false: evaluate without dropping)
 };
 
 // What forward keeps for backward, and the scratch backward reuses.
@@ -51,8 +62,10 @@ struct LayerCache {
   ssr::RouteInfo info;
   std::vector<std::int32_t> load;                      // n: assignments per expert
   std::vector<std::int32_t> offsets, token_ids, slots;  // the assignments grouped by expert
-  double load_balancing = 0, z_loss = 0;               // auxiliary losses, unweighted
-  Mat<T> load_balancing_grad, z_loss_grad;             // m x n, their gradients with respect to the logits
+  Index dropped = 0;                                   // assignments over capacity
+  double output_norm = 0;                              // mean over tokens of |Y_i|, the block's output norm
+  double load_balancing = 0, z_loss = 0, sequence_balance = 0;  // auxiliary losses, unweighted
+  Mat<T> load_balancing_grad, z_loss_grad, sequence_balance_grad;  // m x n, their gradients in the logits
   Mat<T> xg, pre, act, y;   // per assignment, grouped by expert: input, pre-activation, activation, output
   double routing_seconds = 0;  // gate products, router, grouping, auxiliary losses: forward and backward
   Mat<T> grad_weights, grad_logits, grad_y, grad_xg;  // backward scratch
@@ -82,6 +95,7 @@ class SmoeLayer {
     }
     grads_ = params_;
     zero_grad();
+    if (options_.bias_rate > 0) bias_.assign(static_cast<std::size_t>(experts), 0.0f);
   }
 
   Index dim() const { return dim_; }
@@ -111,7 +125,17 @@ class SmoeLayer {
 
   // The weighted auxiliary loss of the forward that filled c.
   double aux_loss(const LayerCache<T>& c) const {
-    return options_.load_balancing * c.load_balancing + options_.z_loss * c.z_loss;
+    return options_.load_balancing * c.load_balancing + options_.z_loss * c.z_loss +
+           options_.sequence_balance * c.sequence_balance;
+  }
+
+  // The expert bias (empty without bias_rate), and its step toward balance from the loads of c.
+  const std::vector<float>& expert_bias() const { return bias_; }
+  void update_bias(const LayerCache<T>& c) {
+    if (bias_.empty()) return;
+    const auto n = static_cast<ssr::index_t>(bias_.size());
+    ssr::update_expert_bias(ssr::VectorView<const std::int32_t>(c.load.data(), n), options_.bias_rate,
+                            ssr::VectorView<float>(bias_.data(), n));
   }
 
   // Y_i = sum_r w_ir FFN_{e_ir}(x_i) for the m x d input x; c keeps what backward needs.
@@ -124,8 +148,8 @@ class SmoeLayer {
     c.logits.noalias() = x * params_.gate.transpose();
     c.gate_noise = pass.gate_noise && options_.noisy_gating;
     if (c.gate_noise) add_gate_noise(pass.ctx, c);
-    if (pass.routing == Routing::route) route(router, pass.ctx, c);
-    aux_losses(c);
+    if (pass.routing == Routing::route) route(router, pass, c);
+    aux_losses(router.resolve(pass.ctx).select.score, c);
     c.routing_seconds = seconds_since(start);
     run_experts(c);
     Mat<T> out = Mat<T>::Zero(x.rows(), dim_);
@@ -133,6 +157,7 @@ class SmoeLayer {
       const std::int32_t t = c.token_ids[static_cast<std::size_t>(e)], s = c.slots[static_cast<std::size_t>(e)];
       out.row(t) += c.weights(t, s) * c.y.row(e);
     }
+    c.output_norm = x.rows() > 0 ? static_cast<double>(out.rowwise().norm().mean()) : 0.0;
     return out;
   }
 
@@ -154,10 +179,12 @@ class SmoeLayer {
 
     const auto start = Clock::now();
     c.grad_logits.resize(m, experts_);
-    router.backward(c.info, ssr::view(std::as_const(c.experts)), ssr::view(std::as_const(c.weights)),
-                    ssr::view(std::as_const(c.grad_weights)), ssr::view(c.grad_logits));
+    router.backward(c.info, ssr::view(std::as_const(c.logits)), ssr::view(std::as_const(c.experts)),
+                    ssr::view(std::as_const(c.weights)), ssr::view(std::as_const(c.grad_weights)), ssr::view(c.grad_logits));
     if (options_.load_balancing > 0) c.grad_logits += static_cast<T>(options_.load_balancing) * c.load_balancing_grad;
     if (options_.z_loss > 0) c.grad_logits += static_cast<T>(options_.z_loss) * c.z_loss_grad;
+    if (options_.sequence_balance > 0)
+      c.grad_logits += static_cast<T>(options_.sequence_balance) * c.sequence_balance_grad;
     grads_.gate.noalias() += c.grad_logits.transpose() * c.x;
     grad_x.noalias() += c.grad_logits * params_.gate;
     if (c.gate_noise) {  // dH/dZ = eps * sigmoid(Z), Z = X W_noise^T
@@ -195,27 +222,38 @@ class SmoeLayer {
   }
 
   template <class Router>
-  void route(Router& router, const ssr::Context& ctx, LayerCache<T>& c) const {
-    const Index m = c.x.rows(), n = experts_, k = router.resolve(ctx).k;
+  void route(Router& router, const Pass& pass, LayerCache<T>& c) const {
+    const Index m = c.x.rows(), n = experts_, k = router.resolve(pass.ctx).k;
     c.experts.resize(m, k);
     c.weights.resize(m, k);
     c.load.assign(static_cast<std::size_t>(n), 0);
+    const ssr::Context ctx = bias_.empty() ? pass.ctx : pass.ctx.with_bias({bias_.data(), n});
     c.info = router.route(ssr::view(std::as_const(c.logits)), ctx,
                           {ssr::view(c.experts), ssr::view(c.weights), {c.load.data(), n}});
     c.offsets.resize(static_cast<std::size_t>(n + 1));
     c.token_ids.resize(static_cast<std::size_t>(m * k));
     c.slots.resize(static_cast<std::size_t>(m * k));
-    ssr::group_by_expert(ssr::view(std::as_const(c.experts)), n, {c.offsets.data(), n + 1}, {c.token_ids.data(), m * k},
-                         {c.slots.data(), m * k});
+    const Index capacity =
+        options_.capacity > 0 && pass.capacity && m > 0 ? ssr::expert_capacity(options_.capacity, m, k, n) : -1;
+    c.dropped = ssr::group_by_expert(ssr::view(std::as_const(c.experts)), n, {c.offsets.data(), n + 1},
+                                     {c.token_ids.data(), m * k}, {c.slots.data(), m * k}, capacity);
   }
 
-  void aux_losses(LayerCache<T>& c) const {
+  void aux_losses(ssr::Score score, LayerCache<T>& c) const {
     const Index m = c.x.rows(), n = experts_;
-    c.load_balancing = c.z_loss = 0;
+    c.load_balancing = c.z_loss = c.sequence_balance = 0;
     if (options_.load_balancing > 0) {
       c.load_balancing_grad.resize(m, n);
       c.load_balancing = ssr::load_balancing_loss(ssr::view(std::as_const(c.logits)), ssr::view(std::as_const(c.experts)),
-                                                  ssr::view(c.load_balancing_grad));
+                                                  ssr::view(c.load_balancing_grad), score);
+    }
+    if (options_.sequence_balance > 0) {  // the last sequence may be shorter: it is left out of the loss
+      const Index seq = std::max<Index>(1, options_.seq_len), full = m / seq * seq;
+      c.sequence_balance_grad.setZero(m, n);
+      if (full > 0)
+        c.sequence_balance = ssr::sequence_balance_loss(
+            ssr::ConstMatrixView<T>(c.logits.data(), full, n), ssr::ConstMatrixView<std::int32_t>(c.experts.data(), full, c.experts.cols()),
+            seq, 1.0, ssr::MatrixView<T>(c.sequence_balance_grad.data(), full, n), score);
     }
     if (options_.z_loss > 0) {
       c.z_loss_grad.resize(m, n);
@@ -266,6 +304,7 @@ class SmoeLayer {
   Index dim_, hidden_, experts_;
   LayerOptions options_;
   LayerParams<T> params_, grads_;
+  std::vector<float> bias_;  // the expert bias with bias_rate > 0
 };
 
 }  // namespace smoe
