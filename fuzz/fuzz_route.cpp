@@ -1,7 +1,9 @@
 // libFuzzer target: Router::route and ssr::backward on the CPU backend, through every router by name, with
-// arbitrary shapes, strides, parameters and values (infinities, NaN, denormals, huge and tiny xi). A call
-// either succeeds or throws ssr::Error before writing; a successful call on finite logits gives experts in
-// range, each at most once per row, finite weights summing to 1 per row, and a load that counts them.
+// arbitrary shapes, strides, parameters and values (infinities, NaN, denormals, huge and tiny xi), and then,
+// from the bytes left, the same logits under a selection of today's engines (sigmoid scores, groups, an
+// expert bias of any values). A call either succeeds or throws ssr::Error before writing; a successful call
+// on finite logits gives experts in range, each at most once per row, finite weights summing to 1 per row,
+// and a load that counts them. (The selection comes last so that earlier inputs decode as they did.)
 #include <fuzzer/FuzzedDataProvider.h>
 #include <ssr/router.hpp>
 
@@ -43,10 +45,71 @@ T any_value(FuzzedDataProvider& in) {
   }
 }
 
+// The properties of a successful call on finite logits.
+template <class T>
+void check_outputs(const std::vector<std::int32_t>& experts, const std::vector<T>& weights,
+                   const std::vector<std::int32_t>& load, ssr::index_t m, ssr::index_t n, ssr::index_t k) {
+  std::vector<std::int64_t> counted(static_cast<std::size_t>(n), 0);
+  for (ssr::index_t i = 0; i < m; ++i) {
+    double sum = 0;
+    for (ssr::index_t a = 0; a < k; ++a) {
+      const std::int32_t e = experts[static_cast<std::size_t>(i * k + a)];
+      SSR_FUZZ_CHECK(e >= 0 && e < n);
+      for (ssr::index_t b = 0; b < a; ++b) SSR_FUZZ_CHECK(experts[static_cast<std::size_t>(i * k + b)] != e);
+      const T w = weights[static_cast<std::size_t>(i * k + a)];
+      SSR_FUZZ_CHECK(std::isfinite(w) && w >= 0);
+      sum += static_cast<double>(w);
+      ++counted[static_cast<std::size_t>(e)];
+    }
+    SSR_FUZZ_CHECK(std::fabs(sum - 1) < 1e-3);
+  }
+  for (ssr::index_t j = 0; j < n; ++j) SSR_FUZZ_CHECK(counted[static_cast<std::size_t>(j)] == load[static_cast<std::size_t>(j)]);
+}
+
 double any_parameter(FuzzedDataProvider& in) {
   static const double picks[] = {0.5,  1e-300, 1e-30, 1e-6, 1e-3, 0.1,  1.0, 10.0, 1e6, 1e30, 1e300, 0.0, -1.0,
                                  std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()};
   return in.ConsumeBool() ? in.PickValueInArray(picks) : in.ConsumeFloatingPoint<double>();
+}
+
+// The logits again under a selection: score, groups (valid or not) and an expert bias of any values.
+template <class T>
+void fuzz_selection(FuzzedDataProvider& in, ssr::RouterConfig config, const std::vector<T>& logits, ssr::index_t m,
+                    ssr::index_t n, ssr::index_t stride, const ssr::Context& ctx, bool checked, bool finite) {
+  config.select.score = in.ConsumeBool() ? ssr::Score::sigmoid : ssr::Score::softmax;
+  config.select.n_groups = in.ConsumeIntegralInRange<int>(0, 9);
+  config.select.topk_groups = in.ConsumeIntegralInRange<int>(-1, 10);
+  if (in.ConsumeBool()) config.noise_alpha = 0;
+  std::vector<float> bias(in.ConsumeBool() ? static_cast<std::size_t>(n) : 0);
+  for (float& b : bias) b = in.remaining_bytes() > 0 ? any_value<float>(in) : 0.0f;
+  ssr::SSRPolicy policy;
+  try {
+    policy = ssr::make_policy(config);
+  } catch (const ssr::Error&) {
+    return;
+  }
+  const ssr::index_t k = config.k;
+  ssr::Router<ssr::SSRPolicy, ssr::CpuBackend<T>> router(policy, ssr::CpuBackend<T>(1));
+  std::vector<std::int32_t> experts(static_cast<std::size_t>(m * k), -7), load(static_cast<std::size_t>(n), -7);
+  std::vector<T> weights(static_cast<std::size_t>(m * k));
+  auto options = typename ssr::Router<ssr::SSRPolicy, ssr::CpuBackend<T>>::options_type{};
+  if (!checked) options.unchecked();
+  const ssr::Context biased = bias.empty() ? ctx : ctx.with_bias({bias.data(), n});
+  ssr::RouteInfo info;
+  try {
+    info = router.route({logits.data(), m, n, stride}, biased, {{experts.data(), m, k}, {weights.data(), m, k}, {load.data(), n}},
+                        options);
+  } catch (const ssr::Error&) {
+    SSR_FUZZ_CHECK(experts.empty() || experts[0] == -7);
+    return;
+  }
+  if (!finite) return;
+  check_outputs(experts, weights, load, m, n, k);
+  std::vector<T> grad_w(static_cast<std::size_t>(m * k), T(1)), grad_s(static_cast<std::size_t>(m * n));
+  for (auto& g : grad_w) g = in.remaining_bytes() > 0 ? static_cast<T>(in.ConsumeFloatingPointInRange<double>(-1e3, 1e3)) : T(1);
+  router.backward(info, {logits.data(), m, n, stride}, {experts.data(), m, k}, {weights.data(), m, k},
+                  {grad_w.data(), m, k}, {grad_s.data(), m, n}, options);
+  for (const T g : grad_s) SSR_FUZZ_CHECK(std::isfinite(g));
 }
 
 template <class T>
@@ -77,6 +140,7 @@ void fuzz(FuzzedDataProvider& in) {
     }
   }
 
+  [&] {
   ssr::SSRPolicy policy;
   try {
     policy = ssr::make_policy(config);
@@ -101,23 +165,7 @@ void fuzz(FuzzedDataProvider& in) {
     return;
   }
   SSR_FUZZ_CHECK(!checked || finite);
-  if (finite) {
-    std::vector<std::int64_t> counted(static_cast<std::size_t>(n), 0);
-    for (ssr::index_t i = 0; i < m; ++i) {
-      double sum = 0;
-      for (ssr::index_t a = 0; a < k; ++a) {
-        const std::int32_t e = experts[static_cast<std::size_t>(i * k + a)];
-        SSR_FUZZ_CHECK(e >= 0 && e < n);
-        for (ssr::index_t b = 0; b < a; ++b) SSR_FUZZ_CHECK(experts[static_cast<std::size_t>(i * k + b)] != e);
-        const T w = weights[static_cast<std::size_t>(i * k + a)];
-        SSR_FUZZ_CHECK(std::isfinite(w) && w >= 0);
-        sum += static_cast<double>(w);
-        ++counted[static_cast<std::size_t>(e)];
-      }
-      SSR_FUZZ_CHECK(std::fabs(sum - 1) < 1e-3);
-    }
-    for (ssr::index_t j = 0; j < n; ++j) SSR_FUZZ_CHECK(counted[static_cast<std::size_t>(j)] == load[static_cast<std::size_t>(j)]);
-  }
+  if (finite) check_outputs(experts, weights, load, m, n, k);
 
   // The backward of that call, on arbitrary dL/dw.
   std::vector<T> grad_w(static_cast<std::size_t>(m * k)), grad_s(static_cast<std::size_t>(m * n));
@@ -136,6 +184,8 @@ void fuzz(FuzzedDataProvider& in) {
   if (finite && grad_finite) {
     for (const T g : grad_s) SSR_FUZZ_CHECK(!std::isnan(g));
   }
+  }();
+  if (in.remaining_bytes() > 0) fuzz_selection<T>(in, config, logits, m, n, stride, ctx, checked, finite);
 }
 
 }  // namespace
