@@ -94,8 +94,8 @@ inline std::vector<double> expert_counts(ConstMatrixView<std::int32_t> experts, 
 template <class T>
 void require_experts(ConstMatrixView<T> logits, ConstMatrixView<std::int32_t> experts) {
   require_shape(experts, "experts", logits.rows, experts.cols);
-  require(experts.cols >= 1 && experts.cols <= logits.cols, "experts.cols", experts.cols, "must be in [1, n = ",
-          logits.cols, "]");
+  require(experts.cols >= 1 && experts.cols <= logits.cols, "experts.cols", experts.cols,
+          "must be in [1, n = ", logits.cols, "]");
 }
 }  // namespace detail
 
@@ -146,8 +146,8 @@ double global_load_balancing_loss(ConstMatrixView<T> logits, VectorView<const Co
   detail::require(all_tokens >= 1, "tokens", all_tokens, "summed over the batch must be at least 1");
   std::vector<double> f(static_cast<std::size_t>(n));
   for (index_t j = 0; j < n; ++j)
-    f[static_cast<std::size_t>(j)] =
-        static_cast<double>(global[static_cast<std::size_t>(j)]) / (static_cast<double>(k) * static_cast<double>(all_tokens));
+    f[static_cast<std::size_t>(j)] = static_cast<double>(global[static_cast<std::size_t>(j)]) /
+                                     (static_cast<double>(k) * static_cast<double>(all_tokens));
   const double scale = static_cast<double>(n) / static_cast<double>(m);
   return scale * detail::balance_term(logits, 0, m, f, score, scale, grad);
 }

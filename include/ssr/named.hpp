@@ -68,9 +68,8 @@ inline double sinkhorn_probability(const std::string& router, double p) {
 
 // The policy of a named router; throws ssr::Error naming a bad name or value.
 inline SSRPolicy make_policy(const RouterConfig& c) {
-  SSRPolicy policy =
-      make_ssr(c.k, c.cost, sinkhorn_probability(c.router, c.p), c.sinkhorn, c.noise_alpha, c.noise_sigma,
-               c.weights, c.select);
+  SSRPolicy policy = make_ssr(c.k, c.cost, sinkhorn_probability(c.router, c.p), c.sinkhorn, c.noise_alpha,
+                              c.noise_sigma, c.weights, c.select);
   policy.validate();
   return policy;
 }

@@ -66,9 +66,7 @@ struct RouteSpec {
 
   SSR_HD bool noisy() const { return noise_alpha > 0; }
   // Selection by top-k of the logits (or of the noisy cost): no bias, softmax scores, no groups.
-  SSR_HD bool plain_selection() const {
-    return bias == nullptr && select.score == Score::softmax && !select.grouped();
-  }
+  SSR_HD bool plain_selection() const { return bias == nullptr && select.score == Score::softmax && !select.grouped(); }
 };
 
 // A Sinkhorn solve's statistics as a backend writes them, in its own memory (device memory on a GPU).

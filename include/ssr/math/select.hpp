@@ -96,9 +96,8 @@ SSR_HD void select_topk(index_t n, int k, const Selection& sel, std::int32_t* id
   }
   const std::uint64_t kept = kept_groups(n, sel, value);
   const index_t size = n / sel.n_groups;
-  topk(n, k, idx, [&](index_t j) {
-    return (kept >> (j / size)) & 1 ? value(j) : -std::numeric_limits<double>::infinity();
-  });
+  topk(n, k, idx,
+       [&](index_t j) { return (kept >> (j / size)) & 1 ? value(j) : -std::numeric_limits<double>::infinity(); });
 }
 
 // The softmax path's experts of one row, for any selection: top-k of the logits when plain (no noise:

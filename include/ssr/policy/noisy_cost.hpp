@@ -28,9 +28,9 @@ struct NoisyCost {
     // no cost (with an expert bias, checked per call: detail::validate_selection).
     const RouteSpec train = resolve(Context::train(0));
     if (train.path == Path::softmax && train.noisy() && !train.plain_selection())
-      detail::fail("invalid alpha = ", alpha, ": cost noise needs softmax scores without groups (score = ",
-                   to_string(train.select.score), ", n_groups = ", train.select.n_groups,
-                   ", topk_groups = ", train.select.topk_groups, ")");
+      detail::fail("invalid alpha = ", alpha,
+                   ": cost noise needs softmax scores without groups (score = ", to_string(train.select.score),
+                   ", n_groups = ", train.select.n_groups, ", topk_groups = ", train.select.topk_groups, ")");
   }
 
   RouteSpec resolve(const Context& ctx) const {

@@ -36,8 +36,7 @@ struct SinkhornTopK {
   void validate() const {
     SoftmaxTopK(k, cost, select).validate();
     detail::validate(params);
-    detail::require(!select.grouped(), "topk_groups", select.topk_groups,
-                    "must equal n_groups = ", select.n_groups,
+    detail::require(!select.grouped(), "topk_groups", select.topk_groups, "must equal n_groups = ", select.n_groups,
                     " on the Sinkhorn path: the plan selects over all experts (group-limited top-k is a rule "
                     "of the softmax router)");
   }

@@ -125,8 +125,8 @@ class CpuBackend {
       const T *w = weights.row(i), *g = grad_weights.row(i);
       const T* s = logits.empty() ? nullptr : logits.row(i);
       math::backward_row(
-          info.score, k, [w](int r) { return w[r]; }, [g](int r) { return g[r]; },
-          [s, e](int r) { return s[e[r]]; }, [out, e](int r, double d) { out[e[r]] = static_cast<T>(d); });
+          info.score, k, [w](int r) { return w[r]; }, [g](int r) { return g[r]; }, [s, e](int r) { return s[e[r]]; },
+          [out, e](int r, double d) { out[e[r]] = static_cast<T>(d); });
     });
   }
 
@@ -174,7 +174,8 @@ class CpuBackend {
         math::topk(n, spec.k, idx, [x](index_t j) { return x[j]; });
       } else if (spec.plain_selection()) {
         math::topk(n, spec.k, idx, logit);  // top-k of S and of c(S) agree
-      } else {  // the selection values once into x (math::select_row ranks the same values)
+      } else {
+        // The selection values once into x (math::select_row ranks the same values).
         const math::CostShift shift = math::score_shift(n, spec.select.score, logit);
         for (index_t j = 0; j < n; ++j) x[j] = math::selection_value(spec.select.score, logit(j), shift, spec.bias, j);
         math::select_topk(n, spec.k, spec.select, idx, [x](index_t j) { return x[j]; });

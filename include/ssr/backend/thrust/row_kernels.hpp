@@ -1,6 +1,6 @@
 // The Thrust backend's per-token work items (one row each), written with the scalar mathematics of
-// ssr/math/: softmax top-k (any selection), the Sinkhorn kernel, the final plan, and backward. The CUDA backend runs the
-// same items on its stream where it has no fused kernel.
+// ssr/math/: softmax top-k (any selection), the Sinkhorn kernel, the final plan, and backward. The CUDA backend runs
+// the same items on its stream where it has no fused kernel.
 #pragma once
 
 #include <cmath>
