@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <vector>
 
 namespace {
@@ -72,43 +73,109 @@ double any_parameter(FuzzedDataProvider& in) {
   return in.ConsumeBool() ? in.PickValueInArray(picks) : in.ConsumeFloatingPoint<double>();
 }
 
-// The logits again under a selection: score, groups (valid or not) and an expert bias of any values.
+// The fuzzed logits: m x n with a row stride, and whether every value is finite.
 template <class T>
-void fuzz_selection(FuzzedDataProvider& in, ssr::RouterConfig config, const std::vector<T>& logits, ssr::index_t m,
-                    ssr::index_t n, ssr::index_t stride, const ssr::Context& ctx, bool checked, bool finite) {
+struct Logits {
+  ssr::index_t m, n, stride;
+  std::vector<T> values;
+  bool finite;
+  ssr::ConstMatrixView<T> view() const { return {values.data(), m, n, stride}; }
+};
+
+// One call of a named router: its outputs, filled with a marker, so that a call that throws can be seen
+// to have written nothing. Null when the configuration is invalid.
+template <class T>
+struct Call {
+  using Router = ssr::Router<ssr::SSRPolicy, ssr::CpuBackend<T>>;
+  Router router;
+  ssr::index_t m, n, k;
+  std::vector<std::int32_t> experts, load;
+  std::vector<T> weights;
+  typename Router::options_type options{};
+
+  Call(const ssr::SSRPolicy& policy, ssr::index_t m_, ssr::index_t n_, ssr::index_t k_, bool checked)
+      : router(policy, ssr::CpuBackend<T>(1)), m(m_), n(n_), k(k_), experts(static_cast<std::size_t>(m * k), -7),
+        load(static_cast<std::size_t>(n), -7), weights(static_cast<std::size_t>(m * k)) {
+    if (!checked) options.unchecked();
+  }
+  ssr::RouteOutputs<T> outputs() { return {{experts.data(), m, k}, {weights.data(), m, k}, {load.data(), n}}; }
+
+  static std::unique_ptr<Call> of(const ssr::RouterConfig& config, ssr::index_t m, ssr::index_t n, bool checked) {
+    try {
+      return std::make_unique<Call>(ssr::make_policy(config), m, n, config.k, checked);
+    } catch (const ssr::Error&) {
+      return nullptr;
+    }
+  }
+
+  // Routes; false when the call threw, having written nothing.
+  bool route(ssr::ConstMatrixView<T> logits, const ssr::Context& ctx, ssr::RouteOutputs<T> out, ssr::RouteInfo& info) {
+    try {
+      info = router.route(logits, ctx, out, options);
+      return true;
+    } catch (const ssr::Error&) {
+      SSR_FUZZ_CHECK(experts.empty() || experts[0] == -7);  // nothing written before an error
+      return false;
+    }
+  }
+};
+
+// Every router by name on the logits, then the backward of that call on arbitrary dL/dw.
+template <class T>
+void route_and_backward(FuzzedDataProvider& in, const ssr::RouterConfig& config, const Logits<T>& s,
+                        const ssr::Context& ctx, bool checked) {
+  const auto call = Call<T>::of(config, s.m, s.n, checked);
+  if (!call) return;
+  const ssr::index_t m = s.m, n = s.n, k = call->k;
+  std::vector<T> plan(static_cast<std::size_t>(m * n)), noise(static_cast<std::size_t>(m * n));
+  ssr::RouteOutputs<T> out = call->outputs();
+  if (in.ConsumeBool()) out.plan = {plan.data(), m, n};
+  if (in.ConsumeBool()) out.noise = {noise.data(), m, n};
+  ssr::RouteInfo info;
+  if (!call->route(s.view(), ctx, out, info)) return;
+  SSR_FUZZ_CHECK(!checked || s.finite);
+  if (s.finite) check_outputs(call->experts, call->weights, call->load, m, n, k);
+
+  std::vector<T> grad_w(static_cast<std::size_t>(m * k)), grad_s(static_cast<std::size_t>(m * n));
+  bool grad_finite = true;
+  for (auto& g : grad_w) {
+    g = in.remaining_bytes() > 0 ? any_value<T>(in) : T(1);
+    grad_finite = grad_finite && std::isfinite(g);
+  }
+  try {
+    call->router.backward(info, {call->experts.data(), m, k}, {call->weights.data(), m, k}, {grad_w.data(), m, k},
+                          {grad_s.data(), m, n}, call->options);
+  } catch (const ssr::Error&) {
+    SSR_FUZZ_CHECK(!s.finite || !grad_finite || !checked);
+    return;
+  }
+  if (s.finite && grad_finite) {
+    for (const T g : grad_s) SSR_FUZZ_CHECK(!std::isnan(g));
+  }
+}
+
+// The logits again under a selection: score, groups (valid or not) and an expert bias of any values; the
+// backward, given the logits, on bounded dL/dw is finite.
+template <class T>
+void route_selection(FuzzedDataProvider& in, ssr::RouterConfig config, const Logits<T>& s, const ssr::Context& ctx,
+                     bool checked) {
   config.select.score = in.ConsumeBool() ? ssr::Score::sigmoid : ssr::Score::softmax;
   config.select.n_groups = in.ConsumeIntegralInRange<int>(0, 9);
   config.select.topk_groups = in.ConsumeIntegralInRange<int>(-1, 10);
   if (in.ConsumeBool()) config.noise_alpha = 0;
-  std::vector<float> bias(in.ConsumeBool() ? static_cast<std::size_t>(n) : 0);
+  std::vector<float> bias(in.ConsumeBool() ? static_cast<std::size_t>(s.n) : 0);
   for (float& b : bias) b = in.remaining_bytes() > 0 ? any_value<float>(in) : 0.0f;
-  ssr::SSRPolicy policy;
-  try {
-    policy = ssr::make_policy(config);
-  } catch (const ssr::Error&) {
-    return;
-  }
-  const ssr::index_t k = config.k;
-  ssr::Router<ssr::SSRPolicy, ssr::CpuBackend<T>> router(policy, ssr::CpuBackend<T>(1));
-  std::vector<std::int32_t> experts(static_cast<std::size_t>(m * k), -7), load(static_cast<std::size_t>(n), -7);
-  std::vector<T> weights(static_cast<std::size_t>(m * k));
-  auto options = typename ssr::Router<ssr::SSRPolicy, ssr::CpuBackend<T>>::options_type{};
-  if (!checked) options.unchecked();
-  const ssr::Context biased = bias.empty() ? ctx : ctx.with_bias({bias.data(), n});
+  const auto call = Call<T>::of(config, s.m, s.n, checked);
+  if (!call) return;
+  const ssr::index_t m = s.m, n = s.n, k = call->k;
   ssr::RouteInfo info;
-  try {
-    info = router.route({logits.data(), m, n, stride}, biased, {{experts.data(), m, k}, {weights.data(), m, k}, {load.data(), n}},
-                        options);
-  } catch (const ssr::Error&) {
-    SSR_FUZZ_CHECK(experts.empty() || experts[0] == -7);
-    return;
-  }
-  if (!finite) return;
-  check_outputs(experts, weights, load, m, n, k);
-  std::vector<T> grad_w(static_cast<std::size_t>(m * k), T(1)), grad_s(static_cast<std::size_t>(m * n));
+  if (!call->route(s.view(), bias.empty() ? ctx : ctx.with_bias({bias.data(), n}), call->outputs(), info)) return;
+  if (!s.finite) return;
+  check_outputs(call->experts, call->weights, call->load, m, n, k);
+  std::vector<T> grad_w(static_cast<std::size_t>(m * k)), grad_s(static_cast<std::size_t>(m * n));
   for (auto& g : grad_w) g = in.remaining_bytes() > 0 ? static_cast<T>(in.ConsumeFloatingPointInRange<double>(-1e3, 1e3)) : T(1);
-  router.backward(info, {logits.data(), m, n, stride}, {experts.data(), m, k}, {weights.data(), m, k},
-                  {grad_w.data(), m, k}, {grad_s.data(), m, n}, options);
+  call->router.backward(info, s.view(), {call->experts.data(), m, k}, {call->weights.data(), m, k},
+                        {grad_w.data(), m, k}, {grad_s.data(), m, n}, call->options);
   for (const T g : grad_s) SSR_FUZZ_CHECK(std::isfinite(g));
 }
 
@@ -130,62 +197,16 @@ void fuzz(FuzzedDataProvider& in) {
   const ssr::Context ctx = training ? ssr::Context::train(in.ConsumeIntegral<std::uint32_t>(), in.ConsumeIntegral<std::uint32_t>(),
                                                           in.ConsumeIntegral<std::uint32_t>())
                                     : ssr::Context::eval();
-  std::vector<T> logits(static_cast<std::size_t>(m * stride));
-  bool finite = true;
+  Logits<T> s{m, n, stride, std::vector<T>(static_cast<std::size_t>(m * stride)), true};
   for (ssr::index_t i = 0; i < m; ++i) {
     for (ssr::index_t j = 0; j < n; ++j) {
       const T v = in.remaining_bytes() > 0 ? any_value<T>(in) : T(0);
-      logits[static_cast<std::size_t>(i * stride + j)] = v;
-      finite = finite && std::isfinite(v);
+      s.values[static_cast<std::size_t>(i * stride + j)] = v;
+      s.finite = s.finite && std::isfinite(v);
     }
   }
-
-  [&] {
-  ssr::SSRPolicy policy;
-  try {
-    policy = ssr::make_policy(config);
-  } catch (const ssr::Error&) {
-    return;
-  }
-  const ssr::index_t k = config.k;
-  ssr::Router<ssr::SSRPolicy, ssr::CpuBackend<T>> router(policy, ssr::CpuBackend<T>(1));
-  std::vector<std::int32_t> experts(static_cast<std::size_t>(m * k), -7), load(static_cast<std::size_t>(n), -7);
-  std::vector<T> weights(static_cast<std::size_t>(m * k)), plan(static_cast<std::size_t>(m * n)),
-      noise(static_cast<std::size_t>(m * n));
-  ssr::RouteOutputs<T> out{{experts.data(), m, k}, {weights.data(), m, k}, {load.data(), n}};
-  if (in.ConsumeBool()) out.plan = {plan.data(), m, n};
-  if (in.ConsumeBool()) out.noise = {noise.data(), m, n};
-  auto options = typename ssr::Router<ssr::SSRPolicy, ssr::CpuBackend<T>>::options_type{};
-  if (!checked) options.unchecked();
-  ssr::RouteInfo info;
-  try {
-    info = router.route({logits.data(), m, n, stride}, ctx, out, options);
-  } catch (const ssr::Error&) {
-    SSR_FUZZ_CHECK(experts.empty() || experts[0] == -7);  // nothing written before an error
-    return;
-  }
-  SSR_FUZZ_CHECK(!checked || finite);
-  if (finite) check_outputs(experts, weights, load, m, n, k);
-
-  // The backward of that call, on arbitrary dL/dw.
-  std::vector<T> grad_w(static_cast<std::size_t>(m * k)), grad_s(static_cast<std::size_t>(m * n));
-  bool grad_finite = true;
-  for (auto& g : grad_w) {
-    g = in.remaining_bytes() > 0 ? any_value<T>(in) : T(1);
-    grad_finite = grad_finite && std::isfinite(g);
-  }
-  try {
-    router.backward(info, {experts.data(), m, k}, {weights.data(), m, k}, {grad_w.data(), m, k}, {grad_s.data(), m, n},
-                    options);
-  } catch (const ssr::Error&) {
-    SSR_FUZZ_CHECK(!finite || !grad_finite || !checked);
-    return;
-  }
-  if (finite && grad_finite) {
-    for (const T g : grad_s) SSR_FUZZ_CHECK(!std::isnan(g));
-  }
-  }();
-  if (in.remaining_bytes() > 0) fuzz_selection<T>(in, config, logits, m, n, stride, ctx, checked, finite);
+  route_and_backward(in, config, s, ctx, checked);
+  if (in.remaining_bytes() > 0) route_selection(in, config, s, ctx, checked);
 }
 
 }  // namespace

@@ -10,52 +10,16 @@
 using ssr::Context;
 using ssr::index_t;
 
-namespace {
-
-// L(S) = sum_ir G_ir w_ir(S) for a fixed G; returns the analytic dL/dS from backward and checks it
-// against finite differences at every element.
-template <class Policy>
-void check_weights_gradient(const Policy& policy, const Context& ctx) {
-  const index_t m = 40, n = 8, k = 2;
-  auto s = test::random_logits<double>(m, n, 1.0, 31, 2.0);
-  const auto g = test::random_logits<double>(m, k, 1.0, 32);
-  test::Router<Policy, double> router(policy);
-  test::Routed<double> r(m, n, k);
-  const auto info = router.route({s.data(), m, n}, ctx, r.outputs());
-  std::vector<double> grad(m * n);
-  router.backward(info, {r.experts.data(), m, k}, {r.weights.data(), m, k}, {g.data(), m, k}, {grad.data(), m, n});
-  auto loss = [&]() {
-    test::Routed<double> q(m, n, k);
-    router.route({s.data(), m, n}, ctx, q.outputs());
-    REQUIRE(q.experts == r.experts);  // the step is small enough not to change the selection
-    double l = 0;
-    for (index_t e = 0; e < m * k; ++e) l += g[e] * q.weights[e];
-    return l;
-  };
-  const double h = 1e-6;
-  for (index_t e = 0; e < m * n; ++e) {
-    const double keep = s[e];
-    s[e] = keep + h;
-    const double up = loss();
-    s[e] = keep - h;
-    const double down = loss();
-    s[e] = keep;
-    REQUIRE(grad[e] == Approx((up - down) / (2 * h)).margin(1e-7));
-  }
-}
-
-}  // namespace
-
 TEST_CASE("softmax top-k backward matches finite differences", "[backward]") {
-  check_weights_gradient(ssr::SoftmaxTopK(2), Context::train(0));
+  test::check_weights_gradient(ssr::SoftmaxTopK(2), Context::train(0));
 }
 
 TEST_CASE("noisy softmax top-k backward matches finite differences (noise is a constant)", "[backward]") {
-  check_weights_gradient(ssr::NoisyCost<ssr::SoftmaxTopK>(ssr::SoftmaxTopK(2), 0.5, 1.0), Context::train(4));
+  test::check_weights_gradient(ssr::NoisyCost<ssr::SoftmaxTopK>(ssr::SoftmaxTopK(2), 0.5, 1.0), Context::train(4));
 }
 
 TEST_CASE("Sinkhorn with score weights passes the softmax gradient", "[backward]") {
-  check_weights_gradient(ssr::SinkhornTopK(2, ssr::Cost::linear, {0.5, 1e-10, 1000}, ssr::Weights::scores),
+  test::check_weights_gradient(ssr::SinkhornTopK(2, ssr::Cost::linear, {0.5, 1e-10, 1000}, ssr::Weights::scores),
                          Context::train(0));
 }
 
@@ -81,17 +45,9 @@ TEST_CASE("load-balancing loss and z-loss gradients match finite differences", "
   const double z = ssr::z_loss<double>({s.data(), m, n}, {z_grad.data(), m, n});
   CHECK(lb >= 1.0 - 1e-12);  // n * sum f_j P_j is 1 for a perfectly balanced router, more when skewed
   CHECK(z > 0);
-  const double h = 1e-6;
-  for (index_t e = 0; e < m * n; ++e) {
-    const double keep = s[e];
-    s[e] = keep + h;
-    const double lb_up = ssr::load_balancing_loss<double>({s.data(), m, n}, experts), z_up = ssr::z_loss<double>({s.data(), m, n});
-    s[e] = keep - h;
-    const double lb_down = ssr::load_balancing_loss<double>({s.data(), m, n}, experts), z_down = ssr::z_loss<double>({s.data(), m, n});
-    s[e] = keep;
-    REQUIRE(lb_grad[e] == Approx((lb_up - lb_down) / (2 * h)).margin(1e-8));
-    REQUIRE(z_grad[e] == Approx((z_up - z_down) / (2 * h)).margin(1e-8));
-  }
+  const ssr::ConstMatrixView<double> logits(s.data(), m, n);
+  test::require_central_differences(s, lb_grad, [&] { return ssr::load_balancing_loss(logits, experts); }, 1e-8);
+  test::require_central_differences(s, z_grad, [&] { return ssr::z_loss(logits); }, 1e-8);
 }
 
 TEST_CASE("the load-balancing loss is n * sum f_j P_j", "[losses]") {
@@ -126,6 +82,28 @@ TEMPLATE_TEST_CASE("backward of extreme gradients has no NaN: a zero weight pass
       INFO("row " << i << " rank " << a << " weight " << r.weight(i, a) << " dL/dS " << gs);
       CHECK(!std::isnan(gs));
       if (r.weight(i, a) == 0) CHECK(gs == 0);
+    }
+  }
+}
+
+TEST_CASE("backward of gradients whose weighted sum overflows has no NaN", "[backward][numerics]") {
+  // 17 equal weights fl(1/17) and one zero; dL/dw = DBL_MAX everywhere: sum_r w_r g_r, mathematically
+  // DBL_MAX, rounded past it to inf, and the zero weight times inf was a NaN (found by fuzz_route).
+  const index_t n = 18, k = 18;
+  const double big = std::numeric_limits<double>::max();
+  std::vector<double> s(n, 0.0), g(k, big);
+  s[6] = -big;
+  for (const ssr::Score score : {ssr::Score::softmax, ssr::Score::sigmoid}) {
+    test::Router<ssr::SoftmaxTopK, double> router(ssr::SoftmaxTopK(static_cast<int>(k), ssr::Cost::linear, {score, 1, 1}));
+    test::Routed<double> r(1, n, k);
+    r.info = router.route({s.data(), 1, n}, Context::train(0), r.outputs());
+    std::vector<double> grad(n);
+    router.backward(r.info, {s.data(), 1, n}, {r.experts.data(), 1, k}, {r.weights.data(), 1, k}, {g.data(), 1, k},
+                    {grad.data(), 1, n});
+    for (index_t a = 0; a < k; ++a) {
+      INFO(ssr::to_string(score) << " rank " << a << " weight " << r.weight(0, a) << " dL/dS " << grad[r.expert(0, a)]);
+      CHECK(!std::isnan(grad[r.expert(0, a)]));
+      if (r.weight(0, a) == 0) CHECK(grad[r.expert(0, a)] == 0);
     }
   }
 }

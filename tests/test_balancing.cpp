@@ -12,25 +12,6 @@ using ssr::Context;
 using ssr::index_t;
 using ssr::Score;
 
-namespace {
-
-// grad against central finite differences of loss(s) at every element.
-template <class Loss>
-void check_gradient(std::vector<double>& s, const std::vector<double>& grad, const Loss& loss) {
-  const double h = 1e-6;
-  for (std::size_t e = 0; e < s.size(); ++e) {
-    const double keep = s[e];
-    s[e] = keep + h;
-    const double up = loss();
-    s[e] = keep - h;
-    const double down = loss();
-    s[e] = keep;
-    REQUIRE(grad[e] == Approx((up - down) / (2 * h)).margin(1e-8));
-  }
-}
-
-}  // namespace
-
 TEST_CASE("balancing losses: gradients match finite differences for both score functions", "[losses]") {
   const index_t m = 24, n = 6, k = 2, seq = 8;
   const Score score = GENERATE(Score::softmax, Score::sigmoid);
@@ -44,17 +25,17 @@ TEST_CASE("balancing losses: gradients match finite differences for both score f
 
   std::vector<double> grad(m * n);
   ssr::load_balancing_loss(logits, experts, ssr::MatrixView<double>(grad.data(), m, n), score);
-  check_gradient(s, grad, [&] { return ssr::load_balancing_loss(logits, experts, {}, score); });
+  test::require_central_differences(s, grad, [&] { return ssr::load_balancing_loss(logits, experts, {}, score); }, 1e-8);
 
   ssr::global_load_balancing_loss(logits, ssr::VectorView<const std::int64_t>(counts.data(), n), tokens, k,
                                   ssr::MatrixView<double>(grad.data(), m, n), score);
-  check_gradient(s, grad, [&] {
+  test::require_central_differences(s, grad, [&] {
     return ssr::global_load_balancing_loss(logits, ssr::VectorView<const std::int64_t>(counts.data(), n), tokens, k,
                                            {}, score);
-  });
+  }, 1e-8);
 
   ssr::sequence_balance_loss(logits, experts, seq, 0.3, ssr::MatrixView<double>(grad.data(), m, n), score);
-  check_gradient(s, grad, [&] { return ssr::sequence_balance_loss(logits, experts, seq, 0.3, {}, score); });
+  test::require_central_differences(s, grad, [&] { return ssr::sequence_balance_loss(logits, experts, seq, 0.3, {}, score); }, 1e-8);
 }
 
 TEST_CASE("balancing losses agree where their definitions meet", "[losses]") {

@@ -233,48 +233,12 @@ TEMPLATE_TEST_CASE("sigmoid weights stay finite for extreme logits", "[selection
   CHECK(r.weight(1, 0) == Approx(2.0 / 3));
 }
 
-namespace {
-
-// L(S) = sum_ir G_ir w_ir(S): backward (given the logits) against central finite differences.
-template <class Policy>
-void check_gradient(const Policy& policy, const Context& ctx) {
-  const index_t m = 30, n = 8, k = 2;
-  auto s = test::random_logits<double>(m, n, 1.0, 41, 2.0);
-  const auto g = test::random_logits<double>(m, k, 1.0, 42);
-  test::Router<Policy, double> router(policy);
-  test::Routed<double> r(m, n, k);
-  const auto info = router.route({s.data(), m, n}, ctx, r.outputs());
-  std::vector<double> grad(m * n);
-  router.backward(info, {s.data(), m, n}, {r.experts.data(), m, k}, {r.weights.data(), m, k}, {g.data(), m, k},
-                  {grad.data(), m, n});
-  const auto loss = [&] {
-    test::Routed<double> q(m, n, k);
-    router.route({s.data(), m, n}, ctx, q.outputs());
-    REQUIRE(q.experts == r.experts);
-    double l = 0;
-    for (index_t e = 0; e < m * k; ++e) l += g[e] * q.weights[e];
-    return l;
-  };
-  const double h = 1e-6;
-  for (index_t e = 0; e < m * n; ++e) {
-    const double keep = s[e];
-    s[e] = keep + h;
-    const double up = loss();
-    s[e] = keep - h;
-    const double down = loss();
-    s[e] = keep;
-    REQUIRE(grad[e] == Approx((up - down) / (2 * h)).margin(1e-7));
-  }
-}
-
-}  // namespace
-
 TEST_CASE("sigmoid score weights: backward matches finite differences", "[selection][backward]") {
   const std::vector<float> bias = {0.1f, -0.2f, 0.3f, 0, 0, 0.2f, -0.1f, 0};
-  check_gradient(SoftmaxTopK(2, ssr::Cost::linear, {Score::sigmoid, 1, 1}), Context::train(0));
-  check_gradient(SoftmaxTopK(2, ssr::Cost::linear, {Score::sigmoid, 4, 2}), Context::train(0).with_bias({bias.data(), 8}));
-  check_gradient(SoftmaxTopK(2, ssr::Cost::linear, {Score::softmax, 4, 2}), Context::train(0).with_bias({bias.data(), 8}));
-  check_gradient(
+  test::check_weights_gradient(SoftmaxTopK(2, ssr::Cost::linear, {Score::sigmoid, 1, 1}), Context::train(0));
+  test::check_weights_gradient(SoftmaxTopK(2, ssr::Cost::linear, {Score::sigmoid, 4, 2}), Context::train(0).with_bias({bias.data(), 8}));
+  test::check_weights_gradient(SoftmaxTopK(2, ssr::Cost::linear, {Score::softmax, 4, 2}), Context::train(0).with_bias({bias.data(), 8}));
+  test::check_weights_gradient(
       ssr::SinkhornTopK(2, ssr::Cost::linear, {0.5, 1e-10, 1000}, ssr::Weights::scores, {Score::sigmoid, 1, 1}),
       Context::train(0));
 }

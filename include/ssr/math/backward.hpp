@@ -4,6 +4,8 @@
 // stop-gradient), so their dL/dS is 0. Noise, bias and the choice of experts are constants.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "ssr/detail/hd.hpp"
@@ -21,12 +23,22 @@ template <class W, class G, class Logit, class Out>
 SSR_HD void backward_row(Score score, int k, const W& w, const G& g, const Logit& logit, const Out& out) {
   double dot = 0;
   for (int r = 0; r < k; ++r) dot += static_cast<double>(w(r)) * static_cast<double>(g(r));
-  // w g - w dot, not w (g - dot): with weights in [0, 1] both products are finite for finite g, where
-  // g - dot may overflow and a zero weight would make 0 * inf a NaN (found by fuzz_route).
+  if (!is_finite(dot)) {
+    // A convex combination of finite g whose sum rounded past the largest double (found by fuzz_route):
+    // again in units of max |g|, clamped to the bound the combination has, [-max |g|, max |g|].
+    double top = 0;
+    for (int r = 0; r < k; ++r) top = std::max(top, std::fabs(static_cast<double>(g(r))));
+    double scaled = 0;
+    for (int r = 0; r < k; ++r) scaled += static_cast<double>(w(r)) * (static_cast<double>(g(r)) / top);
+    dot = clamp(scaled, -1.0, 1.0) * top;
+  }
+  // slope (w g) - slope (w dot), not w (g - dot): with weights and slopes in [0, 1] every product is
+  // finite for finite g and dot, where g - dot may overflow and a zero weight (or a slope that underflowed
+  // to zero) would make 0 * inf a NaN (found by fuzz_route).
   for (int r = 0; r < k; ++r) {
     const auto wr = static_cast<double>(w(r));
-    const double d = wr * static_cast<double>(g(r)) - wr * dot;
-    out(r, score == Score::softmax ? d : log_score_slope(score, static_cast<double>(logit(r))) * d);
+    const double slope = score == Score::softmax ? 1.0 : log_score_slope(score, static_cast<double>(logit(r)));
+    out(r, slope * (wr * static_cast<double>(g(r))) - slope * (wr * dot));
   }
 }
 
