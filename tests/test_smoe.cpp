@@ -2,9 +2,11 @@
 // differences in double precision, for each kind of router; training that learns; determinism; the corpus.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -387,25 +389,23 @@ TEST_CASE("smoe corpus: split and batches", "[smoe]") {
   for (Index i = 0; i < 32; ++i)
     if (i % 8 != 7) REQUIRE(b.context(i + 1, 0) == b.targets[static_cast<std::size_t>(i)]);
   const auto mixed = smoe::sequential_batches(text, 64, 4, 1000, 16);
-  std::vector<int> seen(1004, 0);
+  // Every prediction once: the batches' (context, target) windows are, as a multiset, those of positions
+  // 4 .. 1003 (equal windows are interchangeable predictions).
+  using Window = std::array<int, 5>;
+  const auto window_at = [&](std::size_t p) {
+    return Window{static_cast<unsigned char>(text[p - 1]), static_cast<unsigned char>(text[p - 2]),
+                  static_cast<unsigned char>(text[p - 3]), static_cast<unsigned char>(text[p - 4]),
+                  static_cast<unsigned char>(text[p])};
+  };
+  std::map<Window, int> expected, got;
+  for (std::size_t p = 4; p < 1004; ++p) ++expected[window_at(p)];
   for (const auto& batch : mixed) {
     REQUIRE(batch.size() <= 64);
-    for (Index i = 0; i < batch.size(); ++i) {
-      // The context identifies the position: find it among the first 1004 bytes.
-      int matches = 0;
-      for (std::size_t p = 4; p < 1004; ++p) {
-        bool same = text[p] == static_cast<char>(batch.targets[static_cast<std::size_t>(i)]);
-        for (int back = 0; back < 4 && same; ++back)
-          same = text[p - 1 - static_cast<std::size_t>(back)] == static_cast<char>(batch.context(i, back));
-        if (same && seen[p] == 0) {
-          ++seen[p];
-          ++matches;
-          break;
-        }
-      }
-      REQUIRE(matches == 1);
-    }
+    for (Index i = 0; i < batch.size(); ++i)
+      ++got[Window{batch.context(i, 0), batch.context(i, 1), batch.context(i, 2), batch.context(i, 3),
+                   batch.targets[static_cast<std::size_t>(i)]}];
   }
+  REQUIRE(got == expected);
   REQUIRE(mixed.size() == 16);  // 1000 predictions, 63 sequences of 16, 4 per batch
 
   // The attacked text: a seeded fraction of its bytes replaced, the rest untouched.

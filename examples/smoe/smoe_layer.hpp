@@ -129,8 +129,7 @@ class SmoeLayer {
            options_.sequence_balance * c.sequence_balance;
   }
 
-  // The expert bias (empty without bias_rate), and its step toward balance from the loads of c.
-  const std::vector<float>& expert_bias() const { return bias_; }
+  // The expert bias's step toward balance from the loads of c (nothing without bias_rate).
   void update_bias(const LayerCache<T>& c) {
     if (bias_.empty()) return;
     const auto n = static_cast<ssr::index_t>(bias_.size());

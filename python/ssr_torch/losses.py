@@ -16,15 +16,11 @@ def normalised_scores(logits, score="softmax"):
     return s / s.sum(dim=1, keepdim=True)
 
 
-def _counts(experts, n):
-    return torch.bincount(experts.reshape(-1).long(), minlength=n)
-
-
 def load_balancing_loss(logits, experts, score="softmax"):
     """Switch/GShard: n * sum_j f_j P_j, f_j the share of the m * k assignments sent to expert j (a constant)
     and P_j the mean normalised score of expert j (the router softmax for softmax scores)."""
     m, n = logits.shape
-    f = _counts(experts, n).to(logits.dtype) / experts.numel()
+    f = torch.bincount(experts.reshape(-1).long(), minlength=n).to(logits.dtype) / experts.numel()
     return n * (f * normalised_scores(logits, score).mean(0)).sum()
 
 

@@ -3,14 +3,13 @@ import torch
 import torch.distributed as dist
 
 from ._ops import route
-from .losses import update_expert_bias
+from .losses import _SCORES, update_expert_bias
 
 # The library's routers (ssr::make_policy): softmax top-k; Sinkhorn top-k on every training call; SSR,
 # Sinkhorn with probability p per training call. Evaluation always routes by softmax top-k.
 ROUTERS = ("softmax", "sinkhorn", "ssr")
 _COSTS = ("linear", "softmax")
 _WEIGHTS = ("plan", "scores")
-_SCORES = ("softmax", "sigmoid")
 
 
 class Router(torch.nn.Module):

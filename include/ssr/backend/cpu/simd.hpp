@@ -94,10 +94,9 @@ struct Simd {
       } else {
         double sum = 0;
         for (index_t j = 0; j < n; ++j) sum += (x[j] = std::exp(static_cast<double>(s[j]) - top));
-        std::fill(x + n, x + np, 0.0);
+        std::fill(x + n, x + np, -std::numeric_limits<double>::infinity());  // stays -inf: -inf / sum - shift
         const double shift = 1.0 / sum;
         for (index_t c = 0; c < np; c += W) At<DChunk>(x + c) = At<const DChunk>(x + c) / sum - shift;
-        std::fill(x + n, x + np, -std::numeric_limits<double>::infinity());
       }
       // The padding's x is -inf before clamping and -bound after: it changes no maximum, even where noise
       // pushes every real x of the row below the softmax cost's -1/sum (found by fuzz_route).
