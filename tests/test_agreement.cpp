@@ -2,11 +2,13 @@
 // test programs).
 //
 // Stated tolerance: softmax top-k runs the same scalar mathematics on every backend (ssr/math/, in double,
-// in the same order of operations). On the host (Thrust's OMP system) that gives identical bits for the
-// experts, weights, noise and load. On the GPU, exp, log, sin and cos come from CUDA's libdevice, whose
-// results may differ from the host's libm in the last bit of a double: the experts and load are identical
-// (no near-ties in these logits), the noise and weights agree within 4 units in the last place
-// (4e-7 absolute for float values up to 1, 1e-15 for double). For Sinkhorn the costs and noise are those
+// in the same order of operations), except that the CPU backend takes the exp of plain softmax top-k's
+// weights (k <= 4) for a tile of rows at once with its vector exp (cpu/simd.hpp, within 3 units in the
+// last place of T). On the host (Thrust's OMP system) the experts, noise and load are identical bits. On
+// the GPU, exp, log, sin and cos come from CUDA's libdevice, whose results may differ from the host's
+// libm in the last bit of a double: the experts and load are identical (no near-ties in these logits),
+// the noise agrees within 4 units in the last place. The weights agree within 4 units in the last place
+// on every backend (4.8e-7 absolute for float values up to 1, 9e-16 for double). For Sinkhorn the costs and noise are those
 // same values, but the CPU iterates in scaled form with a vectorised exp in T while the Thrust and CUDA
 // backends iterate in the log domain in double, adding the column sums in their own orders; the potentials
 // agree to rounding, so on these random logits the experts are identical and the weights and plans agree
@@ -48,6 +50,12 @@ double libm_tolerance() {
 #endif
 }
 
+// How far softmax top-k's weights may land from the CPU's: 4 ulps of T on every backend.
+template <class T>
+double weights_tolerance() {
+  return 4 * static_cast<double>(std::numeric_limits<T>::epsilon());
+}
+
 template <class T, class Policy>
 test::Routed<T> route_cpu(const Policy& policy, const std::vector<T>& s, index_t m, index_t n, const Context& ctx) {
   test::Routed<T> out(m, n, policy.resolve(ctx).k);
@@ -73,7 +81,7 @@ TEMPLATE_TEST_CASE("the backend routes as the CPU backend", "[agreement]", float
             const ssr::NoisyCost<ssr::SoftmaxTopK> soft(ssr::SoftmaxTopK(k, cost), alpha, 1.0);
             const auto a = route_cpu(soft, s, m, n, ctx), b = test::route(soft, s, m, n, ctx);
             REQUIRE(a.experts == b.experts);
-            REQUIRE(largest_difference(a.weights, b.weights) <= libm_tolerance<TestType>());
+            REQUIRE(largest_difference(a.weights, b.weights) <= weights_tolerance<TestType>());
             REQUIRE(largest_difference(a.noise, b.noise) <= libm_tolerance<TestType>());
             REQUIRE(a.load == b.load);
           }
@@ -133,7 +141,7 @@ TEMPLATE_TEST_CASE("selections by scores, bias and groups route as on the CPU ba
           for (const Context& ctx : {Context::eval(), Context::eval().with_bias({b.data(), n})}) {
             const auto c = route_cpu(policy, s, m, n, ctx), d = test::route(policy, s, m, n, ctx);
             REQUIRE(c.experts == d.experts);
-            REQUIRE(largest_difference(c.weights, d.weights) <= libm_tolerance<TestType>());
+            REQUIRE(largest_difference(c.weights, d.weights) <= weights_tolerance<TestType>());
             REQUIRE(c.load == d.load);
           }
         }

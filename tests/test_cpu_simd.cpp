@@ -6,6 +6,7 @@
 #include <ssr/math/cost.hpp>
 #include <ssr/math/noise.hpp>
 #include <ssr/math/topk.hpp>
+#include <ssr/math/weights.hpp>
 
 #include <cmath>
 #include <limits>
@@ -111,6 +112,97 @@ TEMPLATE_TEST_CASE("every width of the scaled pass gives the same bits", "[simd]
       double col = 0;
       for (index_t i = 0; i < rows; ++i) col += static_cast<double>(q.data[i * np + j]) * v.data[j] / sum_a.data[i];
       REQUIRE(part_a.data[j] == Approx(col).epsilon(1e-5));
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("a tile of softmax top-k is math::topk and math::score_weights, ties included", "[simd]", float,
+                   double) {
+  using V = ssr::cpu::Simd<TestType>;
+  std::mt19937 gen(4);
+  std::uniform_int_distribution<int> small(0, 5);
+  std::normal_distribution<double> normal(0.0, 3.0);
+  for (index_t n : {1, 2, 7, 8, 13, 16, 40}) {
+    for (int k = 1; k <= std::min<int>(4, static_cast<int>(n)); ++k) {
+      for (index_t rows : {index_t{1}, index_t{5}, index_t{V::tile}}) {
+        for (int trial = 0; trial < 20; ++trial) {
+          const index_t stride = n + trial % 3;  // rows may lie apart
+          std::vector<TestType> s(static_cast<std::size_t>(rows * stride), TestType(7));
+          for (index_t i = 0; i < rows; ++i)
+            for (index_t j = 0; j < n; ++j)
+              s[static_cast<std::size_t>(i * stride + j)] =
+                  static_cast<TestType>(trial % 2 ? small(gen) / 4.0 : normal(gen));  // ties, or spread
+          Padded<TestType> x(V::tile * ssr::CpuTuning::padded(n));
+          V::load_tile(s.data(), stride, rows, n, x.data);
+          for (index_t q = 0; q < V::tile; ++q)  // by columns; rows past `rows` repeat the last
+            for (index_t j = 0; j < n; ++j)
+              REQUIRE(x.data[j * V::tile + q] == s[static_cast<std::size_t>(std::min(q, rows - 1) * stride + j)]);
+          std::vector<std::int32_t> experts(static_cast<std::size_t>(rows * k), -1), want(static_cast<std::size_t>(k));
+          std::vector<TestType> weights(static_cast<std::size_t>(rows * k), TestType(-1));
+          REQUIRE(V::topk_tile_weights(ssr::Weights::scores, x.data, n, k, rows, {experts.data(), rows, k},
+                                        {weights.data(), rows, k}));
+          for (index_t i = 0; i < rows; ++i) {
+            const TestType* row = s.data() + i * stride;
+            ssr::math::topk(n, k, want.data(), [row](index_t j) { return row[j]; });
+            INFO("n " << n << " k " << k << " row " << i);
+            for (int r = 0; r < k; ++r) REQUIRE(experts[static_cast<std::size_t>(i * k + r)] == want[r]);
+            ssr::math::score_weights(
+                ssr::Score::softmax, k, [&](int r) { return row[want[r]]; },
+                [&](int r, double w) {
+                  // Within 3 units in the last place of T: exp_row against std::exp, then the quotient.
+                  REQUIRE(std::abs(weights[static_cast<std::size_t>(i * k + r)] - w) <=
+                          3 * static_cast<double>(std::numeric_limits<TestType>::epsilon()) * std::max(w, 0.5));
+                });
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("a tile with a non-finite logit is left to the caller", "[simd]") {
+  using V = ssr::cpu::Simd<float>;
+  const index_t n = 8;
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity()}) {
+    std::vector<float> s(static_cast<std::size_t>(V::tile * n), 0.5f);
+    for (index_t j = 0; j < n; ++j) s[static_cast<std::size_t>(3 * n + j)] = bad;  // a whole row
+    Padded<float> x(V::tile * n);
+    V::load_tile(s.data(), n, V::tile, n, x.data);
+    std::vector<std::int32_t> experts(static_cast<std::size_t>(V::tile * 2));
+    std::vector<float> weights(static_cast<std::size_t>(V::tile * 2));
+    REQUIRE_FALSE(V::topk_tile_weights(ssr::Weights::scores, x.data, n, 2, V::tile, {experts.data(), V::tile, 2},
+                                       {weights.data(), V::tile, 2}));
+  }
+}
+
+TEMPLATE_TEST_CASE("a tile's plan weights are math::normalised_weights, bit for bit", "[simd]", float, double) {
+  using V = ssr::cpu::Simd<TestType>;
+  std::mt19937 gen(5);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (index_t n : {3, 8, 16, 21}) {
+    const index_t np = ssr::CpuTuning::padded(n), rows = 6;
+    std::vector<TestType> q(static_cast<std::size_t>(rows * np), TestType(0)), v(static_cast<std::size_t>(np));
+    for (index_t j = 0; j < n; ++j) v[j] = static_cast<TestType>(0.5 + u(gen));
+    for (index_t i = 0; i < rows; ++i)
+      for (index_t j = 0; j < n; ++j) q[static_cast<std::size_t>(i * np + j)] = static_cast<TestType>(u(gen));
+    Padded<TestType> x(V::tile * np);
+    V::load_tile(q.data(), np, rows, n, x.data);
+    V::scale_tile(x.data, v.data(), n);
+    for (int k = 1; k <= std::min<int>(4, static_cast<int>(n)); ++k) {
+      std::vector<std::int32_t> experts(static_cast<std::size_t>(rows * k)), want(static_cast<std::size_t>(k));
+      std::vector<TestType> weights(static_cast<std::size_t>(rows * k));
+      REQUIRE(V::topk_tile_weights(ssr::Weights::plan, x.data, n, k, rows, {experts.data(), rows, k},
+                                   {weights.data(), rows, k}));
+      for (index_t i = 0; i < rows; ++i) {
+        std::vector<TestType> t(static_cast<std::size_t>(n));
+        for (index_t j = 0; j < n; ++j) t[j] = q[static_cast<std::size_t>(i * np + j)] * v[j];  // a row's t = Q v
+        ssr::math::topk(n, k, want.data(), [&](index_t j) { return t[j]; });
+        for (int r = 0; r < k; ++r) REQUIRE(experts[static_cast<std::size_t>(i * k + r)] == want[r]);
+        ssr::math::normalised_weights(
+            k, [&](int r) { return t[want[r]]; },
+            [&](int r, double w) { REQUIRE(weights[static_cast<std::size_t>(i * k + r)] == static_cast<TestType>(w)); });
+      }
     }
   }
 }

@@ -21,9 +21,17 @@ template <class Value, class Out>
 SSR_HD void softmax_weights(int k, const Value& v, const Out& out) {
   double top = -std::numeric_limits<double>::infinity();
   for (int r = 0; r < k; ++r) top = std::max(top, static_cast<double>(v(r)));
+  // The first terms are kept, so the common k take one exp each.
+  constexpr int kept = 8;
+  double term[kept];
   double sum = 0;
-  for (int r = 0; r < k; ++r) sum += std::exp(static_cast<double>(v(r)) - top);
-  for (int r = 0; r < k; ++r) out(r, std::exp(static_cast<double>(v(r)) - top) / sum);
+  for (int r = 0; r < k; ++r) {
+    const double d = static_cast<double>(v(r)) - top;
+    const double e = d == 0 ? 1.0 : std::exp(d);  // exp(0) is 1: the largest term needs no call
+    if (r < kept) term[r] = e;
+    sum += e;
+  }
+  for (int r = 0; r < k; ++r) out(r, (r < kept ? term[r] : std::exp(static_cast<double>(v(r)) - top)) / sum);
 }
 
 // Score weights: out(r, s_r / sum_l s_l), s_r = s(logit(r)) of the r-th chosen expert, as the softmax of

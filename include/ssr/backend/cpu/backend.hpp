@@ -10,6 +10,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "ssr/backend/cpu/simd.hpp"
 #include "ssr/backend/cpu/sinkhorn.hpp"
 #include "ssr/backend/cpu/tuning.hpp"
 #include "ssr/call.hpp"
@@ -76,7 +77,7 @@ class CpuBackend {
       if (solve) {
         cpu::Sinkhorn<T>::solve(buffers.sinkhorn, spec, s, out, info, threads_for(m * n), options.communicator);
       } else {
-        route_softmax(spec, s, out, buffers.xbuf);
+        route_softmax(spec, s, out, buffers);
       }
     }
     if (!out.load.empty()) count_load(out.experts, out.load);
@@ -136,6 +137,7 @@ class CpuBackend {
  private:
   struct Layout {
     double* xbuf;  // softmax path: cost and noise rows per thread
+    T* rows;       // softmax path: a tile of rows by columns per thread
     typename cpu::Sinkhorn<T>::Buffers sinkhorn;
   };
 
@@ -146,6 +148,7 @@ class CpuBackend {
       l.sinkhorn = cpu::Sinkhorn<T>::layout(c, m, n, nt);
     } else {
       l.xbuf = c.take<double>(static_cast<std::size_t>(2 * n * nt));
+      l.rows = c.take<T>(static_cast<std::size_t>(cpu::Simd<T>::tile * CpuTuning::padded(n) * nt));
     }
     return l;
   }
@@ -160,10 +163,13 @@ class CpuBackend {
           detail::fail_bad_assignment(i, r, experts(i, r), n, weights(i, r), grad_weights(i, r));
   }
 
-  void route_softmax(const RouteSpec& spec, ConstMatrixView<T> s, const RouteOutputs<T>& out, double* xbuf) const {
+  void route_softmax(const RouteSpec& spec, ConstMatrixView<T> s, const RouteOutputs<T>& out,
+                     const Layout& buffers) const {
     const index_t m = s.rows, n = s.cols;
-    detail::parallel_for(threads_for(m * n), m, [&](index_t i) {
-      double* x = xbuf + 2 * n * detail::thread_id();
+    using V = cpu::Simd<T>;
+    const int k = spec.k;
+    const auto route_row = [&](index_t i) {
+      double* x = buffers.xbuf + 2 * n * detail::thread_id();
       double* z = x + n;
       const T* row = s.row(i);
       std::int32_t* idx = out.experts.row(i);
@@ -171,22 +177,43 @@ class CpuBackend {
       if (spec.noisy()) {
         math::noise_row(spec, i, n, z);
         math::cost_row<T>(n, spec.cost, logit, z, x);
-        math::topk(n, spec.k, idx, [x](index_t j) { return x[j]; });
+        math::topk(n, k, idx, [x](index_t j) { return x[j]; });
       } else if (spec.plain_selection()) {
-        math::topk(n, spec.k, idx, logit);  // top-k of S and of c(S) agree
+        math::topk(n, k, idx, logit);  // top-k of S and of c(S) agree
       } else {
         // The selection values once into x (math::select_row ranks the same values).
         const math::CostShift shift = math::score_shift(n, spec.select.score, logit);
         for (index_t j = 0; j < n; ++j) x[j] = math::selection_value(spec.select.score, logit(j), shift, spec.bias, j);
-        math::select_topk(n, spec.k, spec.select, idx, [x](index_t j) { return x[j]; });
+        math::select_topk(n, k, spec.select, idx, [x](index_t j) { return x[j]; });
       }
       T* w = out.weights.row(i);
       math::score_weights(
-          spec.select.score, spec.k, [row, idx](int r) { return row[idx[r]]; },
+          spec.select.score, k, [row, idx](int r) { return row[idx[r]]; },
           [w](int r, double value) { w[r] = static_cast<T>(value); });
       if (!out.noise.empty())
         math::noise_output(
             spec, n, [z](index_t j) { return z[j]; }, out.noise.row(i));
+    };
+    if (spec.noisy() || !spec.plain_selection() || k > 4) {
+      detail::parallel_for(threads_for(m * n), m, route_row);
+      return;
+    }
+    // Plain softmax top-k, the common call: tiles of rows copied by columns, routed together.
+    const index_t tiles = (m + V::tile - 1) / V::tile;
+    detail::parallel_for(threads_for(m * n), tiles, [&](index_t t) {
+      T* x = buffers.rows + V::tile * CpuTuning::padded(n) * detail::thread_id();  // aligned
+      const index_t i0 = t * V::tile, rows = std::min<index_t>(V::tile, m - i0);
+      V::load_tile(s.row(i0), s.stride, rows, n, x);  // a last, partial tile repeats its last row
+      const MatrixView<std::int32_t> experts(out.experts.row(i0), rows, k, out.experts.stride);
+      const MatrixView<T> weights(out.weights.row(i0), rows, k, out.weights.stride);
+      if (!V::topk_tile_weights(Weights::scores, x, n, k, rows, experts, weights)) {
+        for (index_t q = 0; q < rows; ++q) route_row(i0 + q);
+        return;
+      }
+      if (!out.noise.empty())
+        for (index_t q = 0; q < rows; ++q)
+          math::noise_output(
+              spec, n, [](index_t) { return 0.0; }, out.noise.row(i0 + q));
     });
   }
 

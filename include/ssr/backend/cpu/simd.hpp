@@ -3,6 +3,8 @@
 // mirrors one scalar definition, and tests/test_cpu_simd.cpp holds it to that definition:
 //   kernel_row  = math::cost_row + math::kernel_row, bit for bit;
 //   topk_row    = math::topk, the same experts in the same order;
+//   topk_tile   = math::topk over a tile of rows; topk_tile_weights adds math::normalised_weights (bit
+//                 for bit) or math::score_weights (softmax scores, within 3 ulps);
 //   exp_row     = std::exp within 2 float ulps (float), Eigen's exp (double);
 //   pass_rows   = the scaled row update t = Q_i * v, r = sum t, plan row t / r, the same bits for every width.
 #pragma once
@@ -18,6 +20,8 @@
 
 #include "ssr/backend/cpu/tuning.hpp"
 #include "ssr/math/cost.hpp"
+#include "ssr/math/numeric.hpp"
+#include "ssr/math/weights.hpp"
 #include "ssr/spec.hpp"
 #include "ssr/view.hpp"
 
@@ -40,22 +44,24 @@ struct Simd {
   // is read as -88, so no conversion is undefined. Doubles: Eigen's exp.
   static void exp_row(const T* in, T* out, index_t np) {
     if constexpr (std::is_same<T, float>::value) {
-      using Bits = Eigen::Array<std::int32_t, W, 1>;
-      for (index_t c = 0; c < np; c += W) {
-        // Eigen's max follows std::max: max(-88, NaN) is -88.
-        const Chunk x = Chunk::Constant(-88.0f).max(At<const Chunk>(in + c)).min(88.0f);
-        const Chunk kf = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round(x / ln2)
-        const Chunk r = (x - kf * 0.693359375f) - kf * -2.12194440e-4f;
-        Chunk y = r * 1.9875691500e-4f + 1.3981999507e-3f;
-        y = y * r + 8.3334519073e-3f;
-        y = y * r + 4.1665795894e-2f;
-        y = y * r + 1.6666665459e-1f;
-        y = y * r + 5.0000001201e-1f;
-        const Chunk p = (y * r) * r + r + 1.0f;
-        const Bits bits = (kf.template cast<std::int32_t>() + 127).template shiftLeft<23>();  // 2^k; 0 for k = -127
-        Chunk scale;
-        std::memcpy(scale.data(), bits.data(), sizeof(T) * W);
-        At<Chunk>(out + c) = p * scale;
+      namespace pk = Eigen::internal;
+      using P = Packet;
+      using Bits = typename pk::unpacket_traits<P>::integer_packet;
+      const auto k = [](float value) { return pk::pset1<P>(value); };
+      for (index_t c = 0; c < np; c += lanes) {
+        // pmax follows std::max: max(-88, NaN) is -88.
+        const P x = pk::pmin(pk::pmax(k(-88.0f), pk::pload<P>(in + c)), k(88.0f));
+        const P kf = pk::psub(pk::pmadd(x, k(1.44269504088896341f), k(12582912.0f)), k(12582912.0f));  // round(x / ln2)
+        const P r = pk::psub(pk::psub(x, pk::pmul(kf, k(0.693359375f))), pk::pmul(kf, k(-2.12194440e-4f)));
+        P y = pk::pmadd(r, k(1.9875691500e-4f), k(1.3981999507e-3f));
+        y = pk::pmadd(y, r, k(8.3334519073e-3f));
+        y = pk::pmadd(y, r, k(4.1665795894e-2f));
+        y = pk::pmadd(y, r, k(1.6666665459e-1f));
+        y = pk::pmadd(y, r, k(5.0000001201e-1f));
+        const P p = pk::padd(pk::padd(pk::pmul(pk::pmul(y, r), r), r), k(1.0f));
+        // 2^k in the exponent bits; 0 for k = -127.
+        const Bits bits = pk::plogical_shift_left<23>(pk::padd(pk::pcast<P, Bits>(kf), pk::pset1<Bits>(127)));
+        pk::pstore(out + c, pk::pmul(p, pk::preinterpret<P>(bits)));
       }
     } else {
       for (index_t c = 0; c < np; c += W) At<Chunk>(out + c) = At<const Chunk>(in + c).exp();
@@ -116,32 +122,11 @@ struct Simd {
   }
 
   // math::topk over a padded row whose padding never exceeds a real element (0 after real elements >= 0,
-  // or -inf). For small k, k rounds of a vector maximum, each taking the first index that attains it (the
-  // lower index wins ties) and setting it aside; x is restored after. Otherwise insertion, where a chunk
-  // of W elements none of which beats the current k-th is skipped with one vector maximum.
-  static void topk_row(T* x, index_t n, index_t np, int k, std::int32_t* idx) {
-    if (k <= 4) {
-      T kept[4];
-      int r = 0;
-      for (; r < k; ++r) {
-        Chunk top = At<const Chunk>(x);
-        for (index_t c = W; c < np; c += W) top = top.max(At<const Chunk>(x + c));
-        const T best = top.maxCoeff();
-        index_t j = 0;
-        if (n <= 32) {  // short rows: a scan without branches, from the end so the first match stays
-          j = n;
-          for (index_t l = n; l-- > 0;) j = x[l] == best ? l : j;
-        } else {
-          while (j < n && !(x[j] == best)) ++j;
-        }
-        if (j == n) break;  // only padding left: cannot happen, as real elements are at least the padding
-        idx[r] = static_cast<std::int32_t>(j);
-        kept[r] = x[j];
-        x[j] = -std::numeric_limits<T>::infinity();
-      }
-      for (int l = 0; l < r; ++l) x[idx[l]] = kept[l];
-      if (r == k) return;
-    }
+  // or -inf). For k <= 4, k rounds over Eigen packets (topk_rounds); otherwise, or where a round finds no
+  // finite maximum (NaN or -inf in an unchecked row), insertion, where a chunk of W elements none of which
+  // beats the current k-th is skipped with one vector maximum.
+  static void topk_row(const T* x, index_t n, index_t np, int k, std::int32_t* idx) {
+    if (k <= 4 && np <= exact_index && topk_rounds<1>(x, np, n, np, k, idx)) return;
     int count = 0;
     for (index_t j0 = 0; j0 < n; j0 += W) {
       if (count == k && !(At<const Chunk>(x + j0).maxCoeff() > x[idx[k - 1]])) continue;
@@ -156,6 +141,177 @@ struct Simd {
         idx[pos] = static_cast<std::int32_t>(j);
       }
     }
+  }
+
+  // The widest Eigen packet that divides a chunk (SSE2: 4 floats; AVX and AVX-512: 8), and its lanes.
+  using Packet = typename Eigen::internal::find_best_packet<T, W>::type;
+  static constexpr index_t lanes = Eigen::internal::unpacket_traits<Packet>::size;
+  // Indices up to this are exact in T.
+  static constexpr index_t exact_index = index_t{1} << std::numeric_limits<T>::digits;
+
+  // math::topk (k <= 4) of R padded rows at x, x + stride, ...: idx[q * k + r] is row q's r-th expert.
+  // Round r takes the largest element not chosen before and the lowest index holding it, in one sweep:
+  // each lane keeps its largest element and the first index holding it (indices held as T, exact below
+  // 2^24), then the lanes holding the maximum give their lowest index. The chosen elements are masked in
+  // registers, not overwritten: x is only read, and no scalar store stalls the next vector load of the
+  // same bytes. Returns false where a row's maximum is not finite (NaN or -inf).
+  template <int R>
+  static bool topk_rounds(const T* x, index_t stride, index_t n, index_t np, int k, std::int32_t* idx) {
+    namespace pk = Eigen::internal;
+    const Packet none = pk::pset1<Packet>(-std::numeric_limits<T>::infinity()),
+                 beyond = pk::pset1<Packet>(std::numeric_limits<T>::infinity());
+    for (int q = 0; q < R; ++q) {
+      const T* row = x + q * stride;
+      Packet chosen[4]{};
+      for (int r = 0; r < k; ++r) {
+        Packet top = none, at_top = beyond;
+        for (index_t c = 0; c < np; c += lanes) {
+          const Packet at = pk::plset<Packet>(static_cast<T>(c));
+          Packet v = pk::pload<Packet>(row + c);
+          for (int l = 0; l < r; ++l) v = pk::pselect(pk::pcmp_eq(at, chosen[l]), none, v);
+          const Packet above = pk::pcmp_lt(top, v);
+          top = pk::pselect(above, v, top);
+          at_top = pk::pselect(above, at, at_top);
+        }
+        const T best = pk::predux_max(top);
+        if (!(best > -std::numeric_limits<T>::infinity() && best < std::numeric_limits<T>::infinity())) return false;
+        const T j = pk::predux_min(pk::pselect(pk::pcmp_eq(top, pk::pset1<Packet>(best)), at_top, beyond));
+        if (!(j < static_cast<T>(n))) return false;
+        idx[q * k + r] = static_cast<std::int32_t>(j);
+        chosen[r] = pk::pset1<Packet>(j);
+      }
+    }
+    return true;
+  }
+
+  // Rows routed together by the tile functions.
+  static constexpr int tile = 8;
+
+  // The packet the tile functions use: `tile` rows' values of one column in whole packets.
+  using TilePacket = typename Eigen::internal::find_best_packet<T, tile>::type;
+
+  // Copies rows i0 .. i0 + tile of s (row stride `stride`, n columns; rows past `rows` repeat the last)
+  // into x by columns: x[j * tile + q] = s[(i0 + q) * stride + j]. Square blocks of packets are
+  // transposed in registers (Eigen's ptranspose), the columns past the last whole block one by one.
+  static void load_tile(const T* s, index_t stride, index_t rows, index_t n, T* x) {
+    namespace pk = Eigen::internal;
+    constexpr int L = pk::unpacket_traits<TilePacket>::size;
+    const T* row[tile];
+    for (int q = 0; q < tile; ++q) row[q] = s + std::min<index_t>(q, rows - 1) * stride;
+    index_t j0 = 0;
+    for (; j0 + L <= n; j0 += L)
+      for (int h = 0; h < tile; h += L) {
+        pk::PacketBlock<TilePacket, L> block;
+        for (int l = 0; l < L; ++l) block.packet[l] = pk::ploadu<TilePacket>(row[h + l] + j0);
+        pk::ptranspose(block);
+        for (int l = 0; l < L; ++l) pk::pstore(x + (j0 + l) * tile + h, block.packet[l]);
+      }
+    for (index_t j = j0; j < n; ++j)
+      for (int q = 0; q < tile; ++q) x[j * tile + q] = row[q][j];
+  }
+
+  // x[j * tile + q] *= v[j]: a tile by columns scaled by column, the products of a row's scaling.
+  static void scale_tile(T* x, const T* v, index_t n) {
+    namespace pk = Eigen::internal;
+    constexpr int L = pk::unpacket_traits<TilePacket>::size;
+    for (index_t j = 0; j < n; ++j) {
+      const TilePacket vj = pk::pset1<TilePacket>(v[j]);
+      for (int h = 0; h < tile; h += L)
+        pk::pstore(x + j * tile + h, pk::pmul(pk::pload<TilePacket>(x + j * tile + h), vj));
+    }
+  }
+
+  // Top-k (k <= 4) of a tile of rows held by columns, x[j * tile + q] being row q's value of expert j:
+  // value[r][q] and index[r][q] (as T) are row q's r-th largest value and its expert, in math::topk's
+  // order. Every lane of a packet is a row, so the work is vertical: expert j is inserted into each row's
+  // sorted list where it is strictly greater (ties to the lower index). Returns false where a row's
+  // chosen values are not all finite (NaN or infinities in an unchecked call).
+  template <int K>
+  static bool topk_tile(const T* x, index_t n, T (&value)[K][tile], T (&index)[K][tile]) {
+    namespace pk = Eigen::internal;
+    using P = TilePacket;
+    constexpr int L = pk::unpacket_traits<P>::size, per = tile / L;  // packets per column
+    if (n > exact_index) return false;
+    const P none = pk::pset1<P>(-std::numeric_limits<T>::infinity()), unset = pk::pset1<P>(T(-1));
+    P best[K][per], at[K][per];
+    for (int r = 0; r < K; ++r)
+      for (int h = 0; h < per; ++h) best[r][h] = none, at[r][h] = unset;
+    for (index_t j = 0; j < n; ++j) {
+      const P here = pk::pset1<P>(static_cast<T>(j));
+      for (int h = 0; h < per; ++h) {
+        const P v = pk::pload<P>(x + j * tile + h * L);
+        P above[K];
+        for (int r = 0; r < K; ++r) above[r] = pk::pcmp_lt(best[r][h], v);
+        for (int r = K - 1; r > 0; --r) {
+          best[r][h] = pk::pselect(above[r - 1], best[r - 1][h], pk::pselect(above[r], v, best[r][h]));
+          at[r][h] = pk::pselect(above[r - 1], at[r - 1][h], pk::pselect(above[r], here, at[r][h]));
+        }
+        best[0][h] = pk::pselect(above[0], v, best[0][h]);
+        at[0][h] = pk::pselect(above[0], here, at[0][h]);
+      }
+    }
+    for (int r = 0; r < K; ++r)
+      for (int h = 0; h < per; ++h) {
+        pk::pstore(value[r] + h * L, best[r][h]);
+        pk::pstore(index[r] + h * L, at[r][h]);
+      }
+    for (int r = 0; r < K; ++r)
+      for (int q = 0; q < tile; ++q)
+        if (!(index[r][q] >= T(0) && math::is_finite(value[r][q]))) return false;
+    return true;
+  }
+
+  // Top-k of a tile by columns (topk_tile) and the weights of the first `rows` rows into experts(q, r) and
+  // weights(q, r), for k <= 4 (k at compile time, so the lists stay in registers). Weights::scores: the
+  // tile holds logits, the weights are math::score_weights (softmax scores) with exp_row (within 2 ulps
+  // of std::exp: the weights within 3 ulps of T; the largest term is exp(0) = 1). Weights::plan: the tile
+  // holds plan values, the weights are math::normalised_weights, bit for bit. Returns false, its outputs
+  // undefined, where topk_tile does: the caller then routes that tile row by row.
+  static bool topk_tile_weights(Weights form, const T* x, index_t n, int k, index_t rows,
+                                MatrixView<std::int32_t> experts, MatrixView<T> weights) {
+    switch (k) {
+      case 1:
+        return topk_tile_weights<1>(form, x, n, rows, experts, weights);
+      case 2:
+        return topk_tile_weights<2>(form, x, n, rows, experts, weights);
+      case 3:
+        return topk_tile_weights<3>(form, x, n, rows, experts, weights);
+      case 4:
+        return topk_tile_weights<4>(form, x, n, rows, experts, weights);
+      default:
+        return false;
+    }
+  }
+
+  template <int K>
+  static bool topk_tile_weights(Weights form, const T* x, index_t n, index_t rows, MatrixView<std::int32_t> experts,
+                                MatrixView<T> weights) {
+    alignas(64) T value[K][tile], index[K][tile];
+    if (!topk_tile<K>(x, n, value, index)) return false;
+    for (index_t q = 0; q < rows; ++q)
+      for (int r = 0; r < K; ++r) experts(q, r) = static_cast<std::int32_t>(index[r][q]);
+    if (form == Weights::plan) {
+      for (index_t q = 0; q < rows; ++q)
+        math::normalised_weights(
+            K, [&](int r) { return value[r][q]; }, [&](int r, double w) { weights(q, r) = static_cast<T>(w); });
+      return true;
+    }
+    alignas(64) T term[K][tile];
+    for (int r = 1; r < K; ++r) {
+      for (int q = 0; q < tile; ++q) term[r][q] = value[r][q] - value[0][q];
+      exp_row(term[r], term[r], tile);
+    }
+    using Column = Eigen::Array<double, tile, 1>;  // one value per row: whole packets
+    Column sum = Column::Ones(), part[K];
+    for (int r = 1; r < K; ++r) {
+      for (int q = 0; q < tile; ++q) part[r][q] = static_cast<double>(term[r][q]);
+      sum += part[r];
+    }
+    part[0] = sum.inverse();
+    for (int r = 1; r < K; ++r) part[r] /= sum;
+    for (index_t q = 0; q < rows; ++q)
+      for (int r = 0; r < K; ++r) weights(q, r) = static_cast<T>(part[r][q]);
+    return true;
   }
 
   // Rows [i0, i1) of one scaled pass: t = Q_i * v, r = sum t (into row_sum), and the block's column sums

@@ -48,7 +48,7 @@ class Sinkhorn {
  public:
   // The solve's buffers, laid out in a workspace.
   struct Buffers {
-    T *logk, *q, *v, *gt, *ht, *partial, *scratch, *row_top, *row_sum;
+    T *logk, *q, *v, *gt, *ht, *partial, *scratch, *tiles, *row_top, *row_sum;
     double *g, *colsum, *xbuf;
     // Distributed solves: exact-sum limbs, and the log-domain columns' flags, maxima and sums.
     std::int64_t* limbs;
@@ -68,8 +68,9 @@ class Sinkhorn {
     b.gt = c.take<T>(npz);  // g rounded to T: what both forms use
     b.ht = c.take<T>(npz);  // h, the absorbed part of g
     b.partial = c.take<T>(static_cast<std::size_t>(blocks * n));
-    b.scratch = c.take<T>(4 * npz * threads);            // rows t, e, part and S per thread
-    b.row_top = c.take<T>(static_cast<std::size_t>(m));  // c_i; f_i = -(row_top_i + log row_sum_i)
+    b.scratch = c.take<T>(4 * npz * threads);                                // rows t, e, part and S per thread
+    b.tiles = c.take<T>(static_cast<std::size_t>(V::tile) * npz * threads);  // a tile of rows per thread
+    b.row_top = c.take<T>(static_cast<std::size_t>(m));                      // c_i; f_i = -(row_top_i + log row_sum_i)
     b.row_sum = c.take<T>(static_cast<std::size_t>(m));
     b.g = c.take<double>(static_cast<std::size_t>(n));
     b.colsum = c.take<double>(static_cast<std::size_t>(n));
@@ -176,34 +177,66 @@ class Sinkhorn {
       // The plan of the last pass, t / r, from Q and v without exp: its top-k, weights and, when asked,
       // the plan itself. Where a chosen expert's Q has underflowed below tiny, the values near it have
       // lost precision and could tie, so that row is redone in the log domain, where the ranking is exact.
-      SSR_OMP(for schedule(static))
-      for (index_t i = 0; i < m; ++i) {
-        std::int32_t* idx = out.experts.row(i);
-        const T* qrow = q + i * np;
-        for (index_t c = 0; c < np; c += W) At<Chunk>(t_buf + c) = At<const Chunk>(qrow + c) * At<const Chunk>(v + c);
-        V::topk_row(t_buf, n, np, spec.k, idx);
-        bool exact = true;
-        for (int r = 0; r < spec.k; ++r) exact = exact && qrow[idx[r]] >= tiny;
-        const T* p_row = t_buf;
-        T inv = T(1) / row_sum[i];
-        if (!exact) {
-          inv = T(1) / log_row(i);
-          V::topk_row(t_buf, n, np, spec.k, idx);  // ranking by log Pi: exact where Pi would tie
-          p_row = e_buf;
-        }
+      const auto exact = [&](index_t i) {
+        const std::int32_t* idx = out.experts.row(i);
+        bool all = true;
+        for (int r = 0; r < spec.k; ++r) all = all && q[i * np + idx[r]] >= tiny;
+        return all;
+      };
+      // Plan weights from the chosen experts' plan values, or score weights from their logits.
+      const auto write_weights = [&](index_t i, const auto& plan_value) {
+        const std::int32_t* idx = out.experts.row(i);
         T* w = out.weights.row(i);
         const auto write = [w](int r, double value) { w[r] = static_cast<T>(value); };
         if (spec.weights == Weights::plan) {
-          math::normalised_weights(
-              spec.k, [p_row, idx](int r) { return p_row[idx[r]]; }, write);
+          math::normalised_weights(spec.k, plan_value, write);
         } else {
           const T* srow = s.row(i);
           math::score_weights(
               spec.select.score, spec.k, [srow, idx](int r) { return srow[idx[r]]; }, write);
         }
+      };
+      const auto final_row = [&](index_t i) {
+        std::int32_t* idx = out.experts.row(i);
+        const T* qrow = q + i * np;
+        for (index_t c = 0; c < np; c += W) At<Chunk>(t_buf + c) = At<const Chunk>(qrow + c) * At<const Chunk>(v + c);
+        V::topk_row(t_buf, n, np, spec.k, idx);
+        const T* p_row = t_buf;
+        T inv = T(1) / row_sum[i];
+        if (!exact(i)) {
+          inv = T(1) / log_row(i);
+          V::topk_row(t_buf, n, np, spec.k, idx);  // ranking by log Pi: exact where Pi would tie
+          p_row = e_buf;
+        }
+        write_weights(i, [p_row, idx](int r) { return p_row[idx[r]]; });
         if (!out.plan.empty()) {
           T* p = out.plan.row(i);
           for (index_t j = 0; j < n; ++j) p[j] = p_row[j] * inv;
+        }
+      };
+      if (spec.k > 4 || !out.plan.empty()) {
+        SSR_OMP(for schedule(static))
+        for (index_t i = 0; i < m; ++i) final_row(i);
+      } else {
+        // Tiles of rows by columns: t = Q * v, the same bits as a row's, then top-k and plan weights of
+        // the whole tile at once (V::topk_tile_weights); rows it cannot take go through final_row.
+        const index_t tiles = (m + V::tile - 1) / V::tile;
+        T* by_columns = b.tiles + V::tile * np * tid;
+        SSR_OMP(for schedule(static))
+        for (index_t tl = 0; tl < tiles; ++tl) {
+          const index_t i0 = tl * V::tile, in_tile = std::min<index_t>(V::tile, m - i0);
+          V::load_tile(q + i0 * np, np, in_tile, n, by_columns);
+          V::scale_tile(by_columns, v, n);
+          const MatrixView<std::int32_t> experts(out.experts.row(i0), in_tile, spec.k, out.experts.stride);
+          const MatrixView<T> weights(out.weights.row(i0), in_tile, spec.k, out.weights.stride);
+          const bool tiled = V::topk_tile_weights(Weights::plan, by_columns, n, spec.k, in_tile, experts, weights);
+          for (index_t i = i0; i < i0 + in_tile; ++i) {
+            if (!tiled || !exact(i)) {
+              final_row(i);
+            } else if (spec.weights == Weights::scores) {
+              write_weights(i, [](int) { return T(0); });  // score weights read the logits only
+            }
+          }
         }
       }
     });
