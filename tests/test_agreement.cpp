@@ -3,7 +3,7 @@
 //
 // Stated tolerance: softmax top-k runs the same scalar mathematics on every backend (ssr/math/, in double,
 // in the same order of operations), except that the CPU backend takes the exp of plain softmax top-k's
-// weights (k <= 4) for a tile of rows at once with its vector exp (cpu/simd.hpp, within 3 units in the
+// weights (k <= 8) for a tile of rows at once with its vector exp (cpu/simd.hpp, within 3 units in the
 // last place of T). On the host (Thrust's OMP system) the experts, noise and load are identical bits. On
 // the GPU, exp, log, sin and cos come from CUDA's libdevice, whose results may differ from the host's
 // libm in the last bit of a double: the experts and load are identical (no near-ties in these logits),

@@ -123,7 +123,7 @@ TEMPLATE_TEST_CASE("a tile of softmax top-k is math::topk and math::score_weight
   std::uniform_int_distribution<int> small(0, 5);
   std::normal_distribution<double> normal(0.0, 3.0);
   for (index_t n : {1, 2, 7, 8, 13, 16, 40}) {
-    for (int k = 1; k <= std::min<int>(4, static_cast<int>(n)); ++k) {
+    for (int k = 1; k <= std::min<int>(V::tile_k, static_cast<int>(n)); ++k) {
       for (index_t rows : {index_t{1}, index_t{5}, index_t{V::tile}}) {
         for (int trial = 0; trial < 20; ++trial) {
           const index_t stride = n + trial % 3;  // rows may lie apart
@@ -189,7 +189,7 @@ TEMPLATE_TEST_CASE("a tile's plan weights are math::normalised_weights, bit for 
     Padded<TestType> x(V::tile * np);
     V::load_tile(q.data(), np, rows, n, x.data);
     V::scale_tile(x.data, v.data(), n);
-    for (int k = 1; k <= std::min<int>(4, static_cast<int>(n)); ++k) {
+    for (int k = 1; k <= std::min<int>(V::tile_k, static_cast<int>(n)); ++k) {
       std::vector<std::int32_t> experts(static_cast<std::size_t>(rows * k)), want(static_cast<std::size_t>(k));
       std::vector<TestType> weights(static_cast<std::size_t>(rows * k));
       REQUIRE(V::topk_tile_weights(ssr::Weights::plan, x.data, n, k, rows, {experts.data(), rows, k},

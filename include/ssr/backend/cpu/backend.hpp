@@ -51,8 +51,14 @@ class CpuBackend {
   }
 
   int threads() const { return threads_ > 0 ? threads_ : detail::max_threads(); }
-  // The threads a call over `elements` matrix elements uses.
-  int threads_for(index_t elements) const { return elements < CpuTuning::parallel_min_elements ? 1 : threads(); }
+  // The threads a call over `elements` matrix elements uses, one below `least` (CpuTuning).
+  int threads_for(index_t elements, index_t least = CpuTuning::parallel_min_elements) const {
+    return elements < least ? 1 : threads();
+  }
+  int threads_for(index_t elements, Path path) const {
+    return threads_for(elements, path == Path::sinkhorn ? CpuTuning::sinkhorn_parallel_min_elements
+                                                        : CpuTuning::parallel_min_elements);
+  }
 
   // Bytes of workspace a call of this spec and shape uses (for CallOptions::workspace).
   std::size_t workspace_bytes(const RouteSpec& spec, index_t m, index_t n) const {
@@ -75,7 +81,8 @@ class CpuBackend {
                                                 [this](std::size_t needed) { return own_.reserve(needed); });
       const Layout buffers = layout(c, spec, m, n);
       if (solve) {
-        cpu::Sinkhorn<T>::solve(buffers.sinkhorn, spec, s, out, info, threads_for(m * n), options.communicator);
+        cpu::Sinkhorn<T>::solve(buffers.sinkhorn, spec, s, out, info, threads_for(m * n, Path::sinkhorn),
+                                options.communicator);
       } else {
         route_softmax(spec, s, out, buffers);
       }
@@ -88,7 +95,7 @@ class CpuBackend {
   void check_finite(ConstMatrixView<T> s, const options_type& /*options*/) const {
     index_t first = std::numeric_limits<index_t>::max();
     const index_t m = s.rows, n = s.cols;
-    detail::parallel(threads_for(m * n), [&] {
+    detail::parallel(threads_for(m * n, CpuTuning::check_parallel_min_elements), [&] {
       index_t mine = std::numeric_limits<index_t>::max();
       SSR_OMP(for schedule(static) nowait)
       for (index_t i = 0; i < m; ++i) {
@@ -142,7 +149,7 @@ class CpuBackend {
   };
 
   Layout layout(detail::Carve& c, const RouteSpec& spec, index_t m, index_t n) const {
-    const int nt = threads_for(m * n);
+    const int nt = threads_for(m * n, spec.path);
     Layout l{};
     if (spec.path == Path::sinkhorn) {
       l.sinkhorn = cpu::Sinkhorn<T>::layout(c, m, n, nt);
@@ -194,7 +201,7 @@ class CpuBackend {
         math::noise_output(
             spec, n, [z](index_t j) { return z[j]; }, out.noise.row(i));
     };
-    if (spec.noisy() || !spec.plain_selection() || k > 4) {
+    if (spec.noisy() || !spec.plain_selection() || k > V::tile_k) {
       detail::parallel_for(threads_for(m * n), m, route_row);
       return;
     }

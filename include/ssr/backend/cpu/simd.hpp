@@ -126,7 +126,7 @@ struct Simd {
   // finite maximum (NaN or -inf in an unchecked row), insertion, where a chunk of W elements none of which
   // beats the current k-th is skipped with one vector maximum.
   static void topk_row(const T* x, index_t n, index_t np, int k, std::int32_t* idx) {
-    if (k <= 4 && np <= exact_index && topk_rounds<1>(x, np, n, np, k, idx)) return;
+    if (k <= 4 && np <= exact_index && topk_rounds(x, n, np, k, idx)) return;
     int count = 0;
     for (index_t j0 = 0; j0 < n; j0 += W) {
       if (count == k && !(At<const Chunk>(x + j0).maxCoeff() > x[idx[k - 1]])) continue;
@@ -149,43 +149,40 @@ struct Simd {
   // Indices up to this are exact in T.
   static constexpr index_t exact_index = index_t{1} << std::numeric_limits<T>::digits;
 
-  // math::topk (k <= 4) of R padded rows at x, x + stride, ...: idx[q * k + r] is row q's r-th expert.
-  // Round r takes the largest element not chosen before and the lowest index holding it, in one sweep:
-  // each lane keeps its largest element and the first index holding it (indices held as T, exact below
-  // 2^24), then the lanes holding the maximum give their lowest index. The chosen elements are masked in
-  // registers, not overwritten: x is only read, and no scalar store stalls the next vector load of the
-  // same bytes. Returns false where a row's maximum is not finite (NaN or -inf).
-  template <int R>
-  static bool topk_rounds(const T* x, index_t stride, index_t n, index_t np, int k, std::int32_t* idx) {
+  // math::topk (k <= 4) of a padded row: round r takes the largest element not chosen before and the
+  // lowest index holding it, in one sweep: each lane keeps its largest element and the first index holding
+  // it (indices held as T, exact below 2^24), then the lanes holding the maximum give their lowest index.
+  // The chosen elements are masked in registers, not overwritten: x is only read, and no scalar store
+  // stalls the next vector load of the same bytes. Returns false where the maximum is not finite (NaN or
+  // -inf).
+  static bool topk_rounds(const T* x, index_t n, index_t np, int k, std::int32_t* idx) {
     namespace pk = Eigen::internal;
     const Packet none = pk::pset1<Packet>(-std::numeric_limits<T>::infinity()),
                  beyond = pk::pset1<Packet>(std::numeric_limits<T>::infinity());
-    for (int q = 0; q < R; ++q) {
-      const T* row = x + q * stride;
-      Packet chosen[4]{};
-      for (int r = 0; r < k; ++r) {
-        Packet top = none, at_top = beyond;
-        for (index_t c = 0; c < np; c += lanes) {
-          const Packet at = pk::plset<Packet>(static_cast<T>(c));
-          Packet v = pk::pload<Packet>(row + c);
-          for (int l = 0; l < r; ++l) v = pk::pselect(pk::pcmp_eq(at, chosen[l]), none, v);
-          const Packet above = pk::pcmp_lt(top, v);
-          top = pk::pselect(above, v, top);
-          at_top = pk::pselect(above, at, at_top);
-        }
-        const T best = pk::predux_max(top);
-        if (!(best > -std::numeric_limits<T>::infinity() && best < std::numeric_limits<T>::infinity())) return false;
-        const T j = pk::predux_min(pk::pselect(pk::pcmp_eq(top, pk::pset1<Packet>(best)), at_top, beyond));
-        if (!(j < static_cast<T>(n))) return false;
-        idx[q * k + r] = static_cast<std::int32_t>(j);
-        chosen[r] = pk::pset1<Packet>(j);
+    Packet chosen[4]{};
+    for (int r = 0; r < k; ++r) {
+      Packet top = none, at_top = beyond;
+      for (index_t c = 0; c < np; c += lanes) {
+        const Packet at = pk::plset<Packet>(static_cast<T>(c));
+        Packet v = pk::pload<Packet>(x + c);
+        for (int l = 0; l < r; ++l) v = pk::pselect(pk::pcmp_eq(at, chosen[l]), none, v);
+        const Packet above = pk::pcmp_lt(top, v);
+        top = pk::pselect(above, v, top);
+        at_top = pk::pselect(above, at, at_top);
       }
+      const T best = pk::predux_max(top);
+      if (!(best > -std::numeric_limits<T>::infinity() && best < std::numeric_limits<T>::infinity())) return false;
+      const T j = pk::predux_min(pk::pselect(pk::pcmp_eq(top, pk::pset1<Packet>(best)), at_top, beyond));
+      if (!(j < static_cast<T>(n))) return false;
+      idx[r] = static_cast<std::int32_t>(j);
+      chosen[r] = pk::pset1<Packet>(j);
     }
     return true;
   }
 
-  // Rows routed together by the tile functions.
+  // Rows routed together by the tile functions, and the largest k they take.
   static constexpr int tile = 8;
+  static constexpr int tile_k = 8;
 
   // The packet the tile functions use: `tile` rows' values of one column in whole packets.
   using TilePacket = typename Eigen::internal::find_best_packet<T, tile>::type;
@@ -221,10 +218,11 @@ struct Simd {
     }
   }
 
-  // Top-k (k <= 4) of a tile of rows held by columns, x[j * tile + q] being row q's value of expert j:
+  // Top-k (k <= tile_k) of a tile of rows held by columns, x[j * tile + q] being row q's value of expert j:
   // value[r][q] and index[r][q] (as T) are row q's r-th largest value and its expert, in math::topk's
   // order. Every lane of a packet is a row, so the work is vertical: expert j is inserted into each row's
-  // sorted list where it is strictly greater (ties to the lower index). Returns false where a row's
+  // sorted list where it is strictly greater (ties to the lower index); a column no row takes costs one
+  // comparison. Returns false where a row's
   // chosen values are not all finite (NaN or infinities in an unchecked call).
   template <int K>
   static bool topk_tile(const T* x, index_t n, T (&value)[K][tile], T (&index)[K][tile]) {
@@ -241,7 +239,9 @@ struct Simd {
       for (int h = 0; h < per; ++h) {
         const P v = pk::pload<P>(x + j * tile + h * L);
         P above[K];
-        for (int r = 0; r < K; ++r) above[r] = pk::pcmp_lt(best[r][h], v);
+        above[K - 1] = pk::pcmp_lt(best[K - 1][h], v);
+        if (!pk::predux_any(above[K - 1])) continue;  // the common case once the lists fill: no row takes it
+        for (int r = 0; r < K - 1; ++r) above[r] = pk::pcmp_lt(best[r][h], v);
         for (int r = K - 1; r > 0; --r) {
           best[r][h] = pk::pselect(above[r - 1], best[r - 1][h], pk::pselect(above[r], v, best[r][h]));
           at[r][h] = pk::pselect(above[r - 1], at[r - 1][h], pk::pselect(above[r], here, at[r][h]));
@@ -262,7 +262,7 @@ struct Simd {
   }
 
   // Top-k of a tile by columns (topk_tile) and the weights of the first `rows` rows into experts(q, r) and
-  // weights(q, r), for k <= 4 (k at compile time, so the lists stay in registers). Weights::scores: the
+  // weights(q, r), for k <= tile_k (k at compile time, so the lists stay in registers). Weights::scores: the
   // tile holds logits, the weights are math::score_weights (softmax scores) with exp_row (within 2 ulps
   // of std::exp: the weights within 3 ulps of T; the largest term is exp(0) = 1). Weights::plan: the tile
   // holds plan values, the weights are math::normalised_weights, bit for bit. Returns false, its outputs
@@ -278,6 +278,14 @@ struct Simd {
         return topk_tile_weights<3>(form, x, n, rows, experts, weights);
       case 4:
         return topk_tile_weights<4>(form, x, n, rows, experts, weights);
+      case 5:
+        return topk_tile_weights<5>(form, x, n, rows, experts, weights);
+      case 6:
+        return topk_tile_weights<6>(form, x, n, rows, experts, weights);
+      case 7:
+        return topk_tile_weights<7>(form, x, n, rows, experts, weights);
+      case 8:
+        return topk_tile_weights<8>(form, x, n, rows, experts, weights);
       default:
         return false;
     }

@@ -214,7 +214,7 @@ class Sinkhorn {
           for (index_t j = 0; j < n; ++j) p[j] = p_row[j] * inv;
         }
       };
-      if (spec.k > 4 || !out.plan.empty()) {
+      if (spec.k > V::tile_k || !out.plan.empty()) {
         SSR_OMP(for schedule(static))
         for (index_t i = 0; i < m; ++i) final_row(i);
       } else {

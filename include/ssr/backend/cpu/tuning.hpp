@@ -19,8 +19,14 @@ struct CpuTuning {
   // A block of rows, whose column sums are added in block order, holds about this many padded elements.
   static constexpr index_t block_elements = 4096;
   static constexpr index_t min_rows = 8;
-  // Calls over fewer elements run on one thread: forking a team would cost more than the work.
-  static constexpr index_t parallel_min_elements = 32768;
+  // Calls over fewer elements run on one thread: a team costs more than it saves below about 50 us of
+  // work, and where its threads sleep while they wait (OMP_WAIT_POLICY=PASSIVE) each region or barrier
+  // costs tens of microseconds to wake them (a 4096 x 16 solve took 2x longer on two threads than on one
+  // that way). Softmax top-k and the backward: ~1 ns an element. A Sinkhorn solve: ~0.3 ns an element a
+  // pass, and two barriers an iteration. The finiteness check: ~0.05 ns an element.
+  static constexpr index_t parallel_min_elements = 65536;
+  static constexpr index_t sinkhorn_parallel_min_elements = 131072;
+  static constexpr index_t check_parallel_min_elements = index_t{1} << 20;
 
   static constexpr index_t padded(index_t n) { return (n + pad - 1) / pad * pad; }
   static constexpr index_t rows_per_block(index_t n) { return std::max(min_rows, block_elements / padded(n)); }
