@@ -8,6 +8,7 @@
 #include <ssr/math/topk.hpp>
 #include <ssr/math/weights.hpp>
 
+#include <array>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -38,7 +39,8 @@ TEMPLATE_TEST_CASE("the vector kernel row is math::cost_row then math::kernel_ro
           ssr::RouteSpec spec;
           spec.cost = cost;
           spec.noise_alpha = alpha;
-          spec.sinkhorn.xi = 0.3;
+          // xi with and without an exact inverse (a power of two, multiplied by), and one whose inverse overflows
+          spec.sinkhorn.xi = std::array<double, 4>{0.3, 0.5, 0x1p-20, 0x1p-1070}[static_cast<std::size_t>(n % 4)];
           const index_t np = ssr::CpuTuning::padded(n);
           std::vector<TestType> s(static_cast<std::size_t>(n));
           for (auto& v : s) v = static_cast<TestType>(std::min(scale * normal(gen), 0.5 * std::numeric_limits<TestType>::max()));
@@ -49,7 +51,8 @@ TEMPLATE_TEST_CASE("the vector kernel row is math::cost_row then math::kernel_ro
           ssr::math::cost_row<TestType>(n, cost, [&](index_t j) { return s[j]; }, alpha > 0 ? z.data() : nullptr, ref_x.data());
           std::vector<TestType> ref(static_cast<std::size_t>(n));
           ssr::math::kernel_row<TestType>(n, ref_x.data(), spec.sinkhorn.xi, ref.data());
-          INFO("n " << n << " cost " << ssr::to_string(cost) << " alpha " << alpha << " scale " << scale);
+          INFO("n " << n << " cost " << ssr::to_string(cost) << " alpha " << alpha << " scale " << scale << " xi "
+                    << spec.sinkhorn.xi);
           for (index_t j = 0; j < n; ++j) REQUIRE(k.data[j] == ref[j]);  // equal values (+0 and -0 alike)
           for (index_t j = n; j < np; ++j) REQUIRE(k.data[j] == -std::numeric_limits<TestType>::infinity());
         }

@@ -94,19 +94,25 @@ class CpuBackend {
   // Throws ssr::Error naming the first non-finite logit in row-major order.
   void check_finite(ConstMatrixView<T> s, const options_type& /*options*/) const {
     index_t first = std::numeric_limits<index_t>::max();
-    const index_t m = s.rows, n = s.cols;
+    const index_t m = s.rows, n = s.cols, rows = std::max<index_t>(1, CpuTuning::block_elements / n);
+    const index_t blocks = (m + rows - 1) / rows;
+    using Values = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
+    // math::is_finite over many values at once: (x - x) sums to 0 exactly when every x is finite.
+    const auto finite = [](const Values& x) { return (x - x).sum() == T(0); };  // NOLINT(misc-redundant-expression)
     detail::parallel(threads_for(m * n, CpuTuning::check_parallel_min_elements), [&] {
       index_t mine = std::numeric_limits<index_t>::max();
       SSR_OMP(for schedule(static) nowait)
-      for (index_t i = 0; i < m; ++i) {
-        const T* row = s.row(i);
-        // math::is_finite over the row at once: (x - x) sums to 0 exactly when every x is finite.
-        const Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>> r(row, 1, n);
-        if ((r - r).sum() == T(0)) continue;  // NOLINT(misc-redundant-expression): the test itself
-        for (index_t j = 0; j < n; ++j) {
-          if (!math::is_finite(row[j])) {
-            mine = std::min(mine, i * n + j);
-            break;
+      for (index_t blk = 0; blk < blocks; ++blk) {
+        const index_t i0 = blk * rows, i1 = std::min(m, i0 + rows);
+        if (s.stride == n && finite(Values(s.row(i0), 1, (i1 - i0) * n))) continue;  // the block at once
+        for (index_t i = i0; i < i1 && mine == std::numeric_limits<index_t>::max(); ++i) {
+          const T* row = s.row(i);
+          if (finite(Values(row, 1, n))) continue;
+          for (index_t j = 0; j < n; ++j) {
+            if (!math::is_finite(row[j])) {
+              mine = std::min(mine, i * n + j);
+              break;
+            }
           }
         }
       }

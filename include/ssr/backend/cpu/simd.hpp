@@ -87,10 +87,30 @@ struct Simd {
     // max(-bound, max x) is 0 and K = clamp(x / xi) needs no second pass: (x - 0) / xi is x / xi.
     // Each Eigen expression holds one scalar type, so that it runs in packets; conversions are plain loops.
     if (spec.cost == Cost::linear && !z) {
+      // Where 1 / xi is a power of two (xi = 0.5, 1, 2, ...), x * (1 / xi) is x / xi exactly, without the
+      // divide that would bound the loop.
+      const double inv_xi = 1.0 / xi;
+      std::uint64_t bits = 0;
+      std::memcpy(&bits, &inv_xi, sizeof bits);
+      const std::uint64_t exponent = bits >> 52 & 0x7ff;  // a normal power of two: no mantissa bits
+      const bool exact_inverse = (bits & ((std::uint64_t{1} << 52) - 1)) == 0 && exponent != 0 && exponent != 0x7ff;
+      if constexpr (std::is_same<T, float>::value) {
+        // In float, the same bits: S_ij - max S is exact in double exactly where the float difference is
+        // (exponents at most 29 apart), and elsewhere both round to the same float; scaling by 2^k >= 1
+        // is exact but for overflow, which both clamp. So the row runs in float packets.
+        if (exact_inverse && inv_xi >= 1) {
+          const auto b = static_cast<float>(bound), scale = static_cast<float>(inv_xi), top_f = smax.maxCoeff();
+          for (index_t c = 0; c < np; c += W)
+            At<Chunk>(kernel + c) = ((In(s + c) - top_f).max(-b).min(b) * scale).max(-b).min(0.0f);
+          for (index_t j = n; j < np; ++j) kernel[j] = -std::numeric_limits<T>::infinity();
+          return;
+        }
+      }
       for (index_t c = 0; c < np; c += W) {
         DChunk xc;
         for (index_t l = 0; l < W; ++l) xc[l] = static_cast<double>(s[c + l]);
-        xc = ((xc - top).max(-bound).min(bound) / xi).max(-bound).min(0.0);
+        xc = (xc - top).max(-bound).min(bound);
+        xc = (exact_inverse ? DChunk(xc * inv_xi) : DChunk(xc / xi)).max(-bound).min(0.0);
         for (index_t l = 0; l < W; ++l) kernel[c + l] = static_cast<T>(xc[l]);
       }
     } else {
