@@ -57,6 +57,8 @@ def seconds(b, clock):
 
 
 def fmt(t):
+    if t >= 1:
+        return f"{t:.3g} s"
     if t >= 1e-3:
         return f"{t * 1e3:.3g} ms"
     return f"{t * 1e6:.3g} µs"

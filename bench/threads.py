@@ -47,6 +47,8 @@ def run(args, threads):
 
 
 def fmt(t):
+    if t >= 1:
+        return f"{t:.3g} s"
     return f"{t * 1e3:.3g} ms" if t >= 1e-3 else f"{t * 1e6:.3g} µs"
 
 

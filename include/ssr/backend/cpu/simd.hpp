@@ -37,6 +37,12 @@ struct Simd {
   // Rows of padded buffers start at multiples of W elements of an aligned workspace: 32-byte aligned.
   template <class A>
   using At = Eigen::Map<A, Eigen::Aligned32>;
+  // The widest Eigen packet that divides a chunk (SSE2: 4 floats; AVX and AVX-512: 8; one T
+  // without a vector unit Eigen knows), and its lanes.
+  using Packet = typename Eigen::internal::find_best_packet<T, W>::type;
+  static constexpr index_t lanes = Eigen::internal::unpacket_traits<Packet>::size;
+  // Indices up to this are exact in T.
+  static constexpr index_t exact_index = index_t{1} << std::numeric_limits<T>::digits;
 
   // out = exp(in) for np elements, a multiple of W. Floats: Cody-Waite reduction to r in [-ln2/2, ln2/2]
   // and a degree-7 polynomial (relative error below 1e-7), 2^k put in the exponent bits; inputs below -88
@@ -46,7 +52,6 @@ struct Simd {
     if constexpr (std::is_same<T, float>::value) {
       namespace pk = Eigen::internal;
       using P = Packet;
-      using Bits = typename pk::unpacket_traits<P>::integer_packet;
       const auto k = [](float value) { return pk::pset1<P>(value); };
       for (index_t c = 0; c < np; c += lanes) {
         // pmax follows std::max: max(-88, NaN) is -88.
@@ -59,12 +64,26 @@ struct Simd {
         y = pk::pmadd(y, r, k(1.6666665459e-1f));
         y = pk::pmadd(y, r, k(5.0000001201e-1f));
         const P p = pk::padd(pk::padd(pk::pmul(pk::pmul(y, r), r), r), k(1.0f));
-        // 2^k in the exponent bits; 0 for k = -127.
-        const Bits bits = pk::plogical_shift_left<23>(pk::padd(pk::pcast<P, Bits>(kf), pk::pset1<Bits>(127)));
-        pk::pstore(out + c, pk::pmul(p, pk::preinterpret<P>(bits)));
+        pk::pstore(out + c, pk::pmul(p, power_of_two(kf)));
       }
     } else {
       for (index_t c = 0; c < np; c += W) At<Chunk>(out + c) = At<const Chunk>(in + c).exp();
+    }
+  }
+
+  // 2^k for whole k in [-127, 127], put in the exponent bits (0 for k = -127); packets of floats, or one
+  // float where the build has no vector unit Eigen knows.
+  static Packet power_of_two(const Packet& k) {
+    namespace pk = Eigen::internal;
+    if constexpr (lanes > 1) {
+      using Bits = typename pk::unpacket_traits<Packet>::integer_packet;
+      return pk::preinterpret<Packet>(
+          pk::plogical_shift_left<23>(pk::padd(pk::pcast<Packet, Bits>(k), pk::pset1<Bits>(127))));
+    } else {
+      const auto bits = static_cast<std::uint32_t>(static_cast<std::int32_t>(k) + 127) << 23;
+      float value = 0;
+      std::memcpy(&value, &bits, sizeof value);
+      return value;
     }
   }
 
@@ -163,12 +182,6 @@ struct Simd {
     }
   }
 
-  // The widest Eigen packet that divides a chunk (SSE2: 4 floats; AVX and AVX-512: 8), and its lanes.
-  using Packet = typename Eigen::internal::find_best_packet<T, W>::type;
-  static constexpr index_t lanes = Eigen::internal::unpacket_traits<Packet>::size;
-  // Indices up to this are exact in T.
-  static constexpr index_t exact_index = index_t{1} << std::numeric_limits<T>::digits;
-
   // math::topk (k <= 4) of a padded row: round r takes the largest element not chosen before and the
   // lowest index holding it, in one sweep: each lane keeps its largest element and the first index holding
   // it (indices held as T, exact below 2^24), then the lanes holding the maximum give their lowest index.
@@ -207,8 +220,8 @@ struct Simd {
   // The packet the tile functions use: `tile` rows' values of one column in whole packets.
   using TilePacket = typename Eigen::internal::find_best_packet<T, tile>::type;
 
-  // Copies rows i0 .. i0 + tile of s (row stride `stride`, n columns; rows past `rows` repeat the last)
-  // into x by columns: x[j * tile + q] = s[(i0 + q) * stride + j]. Square blocks of packets are
+  // Copies `tile` rows from s (row stride `stride`, n columns; rows past `rows` repeat the last) into x by
+  // columns: x[j * tile + q] = s[q * stride + j], x aligned. Square blocks of packets are
   // transposed in registers (Eigen's ptranspose), the columns past the last whole block one by one.
   static void load_tile(const T* s, index_t stride, index_t rows, index_t n, T* x) {
     namespace pk = Eigen::internal;
@@ -218,7 +231,7 @@ struct Simd {
     index_t j0 = 0;
     for (; j0 + L <= n; j0 += L)
       for (int h = 0; h < tile; h += L) {
-        pk::PacketBlock<TilePacket, L> block;
+        pk::PacketBlock<TilePacket, L> block{};
         for (int l = 0; l < L; ++l) block.packet[l] = pk::ploadu<TilePacket>(row[h + l] + j0);
         pk::ptranspose(block);
         for (int l = 0; l < L; ++l) pk::pstore(x + (j0 + l) * tile + h, block.packet[l]);
@@ -242,8 +255,8 @@ struct Simd {
   // value[r][q] and index[r][q] (as T) are row q's r-th largest value and its expert, in math::topk's
   // order. Every lane of a packet is a row, so the work is vertical: expert j is inserted into each row's
   // sorted list where it is strictly greater (ties to the lower index); a column no row takes costs one
-  // comparison. Returns false where a row's
-  // chosen values are not all finite (NaN or infinities in an unchecked call).
+  // comparison. Returns false where a row's chosen values are not all finite (NaN or infinities in an
+  // unchecked call).
   template <int K>
   static bool topk_tile(const T* x, index_t n, T (&value)[K][tile], T (&index)[K][tile]) {
     namespace pk = Eigen::internal;
