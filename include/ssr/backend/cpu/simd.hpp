@@ -300,27 +300,14 @@ struct Simd {
   // of std::exp: the weights within 3 ulps of T; the largest term is exp(0) = 1). Weights::plan: the tile
   // holds plan values, the weights are math::normalised_weights, bit for bit. Returns false, its outputs
   // undefined, where topk_tile does: the caller then routes that tile row by row.
+  template <int K = 1>
   static bool topk_tile_weights(Weights form, const T* x, index_t n, int k, index_t rows,
                                 MatrixView<std::int32_t> experts, MatrixView<T> weights) {
-    switch (k) {
-      case 1:
-        return topk_tile_weights<1>(form, x, n, rows, experts, weights);
-      case 2:
-        return topk_tile_weights<2>(form, x, n, rows, experts, weights);
-      case 3:
-        return topk_tile_weights<3>(form, x, n, rows, experts, weights);
-      case 4:
-        return topk_tile_weights<4>(form, x, n, rows, experts, weights);
-      case 5:
-        return topk_tile_weights<5>(form, x, n, rows, experts, weights);
-      case 6:
-        return topk_tile_weights<6>(form, x, n, rows, experts, weights);
-      case 7:
-        return topk_tile_weights<7>(form, x, n, rows, experts, weights);
-      case 8:
-        return topk_tile_weights<8>(form, x, n, rows, experts, weights);
-      default:
-        return false;
+    if (k == K) return topk_tile_weights<K>(form, x, n, rows, experts, weights);
+    if constexpr (K < tile_k) {
+      return topk_tile_weights<K + 1>(form, x, n, k, rows, experts, weights);
+    } else {
+      return false;
     }
   }
 
