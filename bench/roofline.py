@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import re
-import statistics
 import subprocess
 
 DEFAULT_SHAPES = ",".join(f"{m}x{n}" for m in (4096, 24576, 65536, 1000000) for n in (8, 16, 128, 256))

@@ -183,18 +183,14 @@ class Sinkhorn {
         for (int r = 0; r < spec.k; ++r) all = all && q[i * np + idx[r]] >= tiny;
         return all;
       };
-      // Plan weights from the chosen experts' plan values, or score weights from their logits.
-      const auto write_weights = [&](index_t i, const auto& plan_value) {
+      // Score weights from the chosen experts' logits (plan weights come from the plan values).
+      const auto score_weights = [&](index_t i) {
         const std::int32_t* idx = out.experts.row(i);
+        const T* srow = s.row(i);
         T* w = out.weights.row(i);
-        const auto write = [w](int r, double value) { w[r] = static_cast<T>(value); };
-        if (spec.weights == Weights::plan) {
-          math::normalised_weights(spec.k, plan_value, write);
-        } else {
-          const T* srow = s.row(i);
-          math::score_weights(
-              spec.select.score, spec.k, [srow, idx](int r) { return srow[idx[r]]; }, write);
-        }
+        math::score_weights(
+            spec.select.score, spec.k, [srow, idx](int r) { return srow[idx[r]]; },
+            [w](int r, double value) { w[r] = static_cast<T>(value); });
       };
       const auto final_row = [&](index_t i) {
         std::int32_t* idx = out.experts.row(i);
@@ -208,7 +204,14 @@ class Sinkhorn {
           V::topk_row(t_buf, n, np, spec.k, idx);  // ranking by log Pi: exact where Pi would tie
           p_row = e_buf;
         }
-        write_weights(i, [p_row, idx](int r) { return p_row[idx[r]]; });
+        if (spec.weights == Weights::plan) {
+          T* w = out.weights.row(i);
+          math::normalised_weights(
+              spec.k, [p_row, idx](int r) { return p_row[idx[r]]; },
+              [w](int r, double value) { w[r] = static_cast<T>(value); });
+        } else {
+          score_weights(i);
+        }
         if (!out.plan.empty()) {
           T* p = out.plan.row(i);
           for (index_t j = 0; j < n; ++j) p[j] = p_row[j] * inv;
@@ -234,7 +237,7 @@ class Sinkhorn {
             if (!tiled || !exact(i)) {
               final_row(i);
             } else if (spec.weights == Weights::scores) {
-              write_weights(i, [](int) { return T(0); });  // score weights read the logits only
+              score_weights(i);  // over the plan weights the tile wrote
             }
           }
         }
