@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -23,7 +24,8 @@ struct Padded {
   index_t n, np;
   ssr::detail::AlignedBuffer<T> buffer;
   T* data;
-  explicit Padded(index_t n_) : n(n_), np(ssr::CpuTuning::padded(n_)), data(buffer.reserve(static_cast<std::size_t>(np))) {}
+  explicit Padded(index_t n_)
+      : n(n_), np(ssr::CpuTuning::padded(n_)), data(buffer.reserve(static_cast<std::size_t>(np))) {}
 };
 
 }  // namespace
@@ -43,12 +45,15 @@ TEMPLATE_TEST_CASE("the vector kernel row is math::cost_row then math::kernel_ro
           spec.sinkhorn.xi = std::array<double, 4>{0.3, 0.5, 0x1p-20, 0x1p-1070}[static_cast<std::size_t>(n % 4)];
           const index_t np = ssr::CpuTuning::padded(n);
           std::vector<TestType> s(static_cast<std::size_t>(n));
-          for (auto& v : s) v = static_cast<TestType>(std::min(scale * normal(gen), 0.5 * std::numeric_limits<TestType>::max()));
-          std::vector<double> z(static_cast<std::size_t>(np), 0.0), x(static_cast<std::size_t>(np)), ref_x(static_cast<std::size_t>(n));
+          for (auto& v : s)
+            v = static_cast<TestType>(std::min(scale * normal(gen), 0.5 * std::numeric_limits<TestType>::max()));
+          std::vector<double> z(static_cast<std::size_t>(np), 0.0), x(static_cast<std::size_t>(np)),
+              ref_x(static_cast<std::size_t>(n));
           if (alpha > 0) ssr::math::noise_row(spec, 3, n, z.data());
           Padded<TestType> s_buf(n), k(n);
           V::kernel_row(s.data(), n, np, spec, alpha > 0 ? z.data() : nullptr, s_buf.data, x.data(), k.data);
-          ssr::math::cost_row<TestType>(n, cost, [&](index_t j) { return s[j]; }, alpha > 0 ? z.data() : nullptr, ref_x.data());
+          ssr::math::cost_row<TestType>(
+              n, cost, [&](index_t j) { return s[j]; }, alpha > 0 ? z.data() : nullptr, ref_x.data());
           std::vector<TestType> ref(static_cast<std::size_t>(n));
           ssr::math::kernel_row<TestType>(n, ref_x.data(), spec.sinkhorn.xi, ref.data());
           INFO("n " << n << " cost " << ssr::to_string(cost) << " alpha " << alpha << " scale " << scale << " xi "
@@ -59,6 +64,44 @@ TEMPLATE_TEST_CASE("the vector kernel row is math::cost_row then math::kernel_ro
       }
     }
   }
+}
+
+TEST_CASE("the float kernel of a tile is the kernel row of each of its rows", "[simd]") {
+  using V = ssr::cpu::Simd<float>;
+  std::mt19937 gen(4);
+  std::normal_distribution<double> normal;
+  for (index_t n : {1, 3, 8, 16, 20}) {
+    for (double xi : {0.5, 1.0, 0x1p-20}) {  // 1 / xi a power of two >= 1
+      for (double scale : {1.0, 30.0, 1e30}) {
+        ssr::RouteSpec spec;
+        spec.sinkhorn.xi = xi;
+        REQUIRE(V::float_kernel(spec));
+        const index_t stride = n + 5, np = ssr::CpuTuning::padded(n);
+        std::vector<float> s(static_cast<std::size_t>(V::tile * stride));
+        for (auto& e : s) e = static_cast<float>(std::min(scale * normal(gen), 1e38));
+        Padded<float> tile(V::tile * n), s_buf(n), row(n);
+        std::vector<double> x(static_cast<std::size_t>(np));
+        V::load_tile(s.data(), stride, V::tile, n, tile.data);
+        V::float_kernel_tile(tile.data, n, static_cast<float>(ssr::math::cost_bound<float>()),
+                             static_cast<float>(1.0 / xi));
+        for (index_t i = 0; i < V::tile; ++i) {
+          V::kernel_row(s.data() + i * stride, n, np, spec, nullptr, s_buf.data, x.data(), row.data);
+          INFO("n " << n << " xi " << xi << " scale " << scale << " row " << i);
+          for (index_t j = 0; j < n; ++j)
+            REQUIRE(std::memcmp(&tile.data[j * V::tile + i], &row.data[j], sizeof(float)) == 0);
+        }
+      }
+    }
+  }
+  ssr::RouteSpec spec;
+  for (double xi : {0.3, 2.0}) {  // other xi take the double form
+    spec.sinkhorn.xi = xi;
+    REQUIRE_FALSE(V::float_kernel(spec));
+  }
+  spec.sinkhorn.xi = 0.5;
+  spec.cost = ssr::Cost::softmax;
+  REQUIRE_FALSE(V::float_kernel(spec));
+  REQUIRE_FALSE(ssr::cpu::Simd<double>::float_kernel(ssr::RouteSpec{}));
 }
 
 TEMPLATE_TEST_CASE("the vector top-k is math::topk, ties included", "[simd]", float, double) {
@@ -92,29 +135,44 @@ TEST_CASE("the vector float exp is std::exp within 2 ulps, and 0 below its range
     INFO("x " << in.data[j]);
     REQUIRE(std::abs(out.data[j] - ref) <= 2 * std::numeric_limits<float>::epsilon() * ref);
   }
-  for (index_t j = 0; j < 8; ++j) in.data[j] = j == 0 ? -std::numeric_limits<float>::infinity() : -100.0f - static_cast<float>(j);
+  for (index_t j = 0; j < 8; ++j)
+    in.data[j] = j == 0 ? -std::numeric_limits<float>::infinity() : -100.0f - static_cast<float>(j);
   V::exp_row(in.data, out.data, 8);
   for (index_t j = 0; j < 8; ++j) REQUIRE((out.data[j] >= 0 && out.data[j] < 1e-37f));
 }
 
-TEMPLATE_TEST_CASE("every width of the scaled pass gives the same bits", "[simd]", float, double) {
+TEMPLATE_TEST_CASE("the scaled pass over tiles gives each row's sum and the plan's column sums", "[simd]", float,
+                   double) {
   using V = ssr::cpu::Simd<TestType>;
   std::mt19937 gen(3);
   std::uniform_real_distribution<double> u(0.0, 1.0);
-  for (index_t np : {8, 16}) {
-    const index_t rows = 37;
-    Padded<TestType> q(rows * np), v(np), part_a(np), part_b(np), sum_a(rows), sum_b(rows);
-    for (index_t e = 0; e < rows * np; ++e) q.data[e] = static_cast<TestType>(u(gen));
-    for (index_t j = 0; j < np; ++j) v.data[j] = static_cast<TestType>(u(gen) * 3);
-    V::pass(q.data, v.data, np, 0, rows, sum_a.data, part_a.data);
-    V::template pass_rows<0>(q.data, v.data, np, 0, rows, sum_b.data, part_b.data);
-    for (index_t i = 0; i < rows; ++i) REQUIRE(sum_a.data[i] == sum_b.data[i]);
-    for (index_t j = 0; j < np; ++j) REQUIRE(part_a.data[j] == part_b.data[j]);
-    // And what they compute: r = sum_j Q_ij v_j, and the column sums of Q_ij v_j / r_i.
-    for (index_t j = 0; j < np; ++j) {
-      double col = 0;
-      for (index_t i = 0; i < rows; ++i) col += static_cast<double>(q.data[i * np + j]) * v.data[j] / sum_a.data[i];
-      REQUIRE(part_a.data[j] == Approx(col).epsilon(1e-5));
+  for (index_t n : {1, 5, 8, 16, 19}) {
+    for (index_t m : {1, 8, 13, 37}) {
+      const index_t tiles = (m + V::tile - 1) / V::tile;
+      Padded<TestType> q(tiles * V::tile * n), v(n), part(n), sum(tiles * V::tile);
+      std::vector<TestType> dense(static_cast<std::size_t>(m * n));  // the same Q by rows
+      std::fill(q.data, q.data + tiles * V::tile * n, TestType(0));  // padding rows: Q = 0
+      for (index_t i = 0; i < m; ++i)
+        for (index_t j = 0; j < n; ++j)
+          q.data[V::at_tile(i, j, n)] = dense[static_cast<std::size_t>(i * n + j)] = static_cast<TestType>(u(gen));
+      for (index_t j = 0; j < n; ++j) v.data[j] = static_cast<TestType>(0.1 + u(gen) * 3);
+      V::pass_tiles(q.data, v.data, n, tiles, sum.data, part.data);
+      INFO("n " << n << " m " << m);
+      for (index_t i = 0; i < m; ++i) {  // r_i = sum_j Q_ij v_j: columns j mod 4 apart, then (0 + 1) + (2 + 3)
+        TestType r[4] = {0, 0, 0, 0};
+        for (index_t j = 0; j < n; ++j) r[j % 4] += dense[static_cast<std::size_t>(i * n + j)] * v.data[j];
+        REQUIRE(sum.data[i] == (r[0] + r[1]) + (r[2] + r[3]));
+      }
+      for (index_t j = 0; j < n; ++j) {  // the column sums of Q_ij v_j / r_i; the padding rows add nothing
+        double col = 0;
+        for (index_t i = 0; i < m; ++i)
+          col += static_cast<double>(dense[static_cast<std::size_t>(i * n + j)] * v.data[j]) / sum.data[i];
+        REQUIRE(part.data[j] == Approx(col).epsilon(1e-5));
+      }
+      // And no thread count changes them: a second call gives the same bits.
+      Padded<TestType> part_b(n), sum_b(tiles * V::tile);
+      V::pass_tiles(q.data, v.data, n, tiles, sum_b.data, part_b.data);
+      REQUIRE(std::memcmp(part.data, part_b.data, sizeof(TestType) * static_cast<std::size_t>(n)) == 0);
     }
   }
 }
@@ -143,7 +201,7 @@ TEMPLATE_TEST_CASE("a tile of softmax top-k is math::topk and math::score_weight
           std::vector<std::int32_t> experts(static_cast<std::size_t>(rows * k), -1), want(static_cast<std::size_t>(k));
           std::vector<TestType> weights(static_cast<std::size_t>(rows * k), TestType(-1));
           REQUIRE(V::topk_tile_weights(ssr::Weights::scores, x.data, n, k, rows, {experts.data(), rows, k},
-                                        {weights.data(), rows, k}));
+                                       {weights.data(), rows, k}));
           for (index_t i = 0; i < rows; ++i) {
             const TestType* row = s.data() + i * stride;
             ssr::math::topk(n, k, want.data(), [row](index_t j) { return row[j]; });
@@ -189,9 +247,9 @@ TEMPLATE_TEST_CASE("a tile's plan weights are math::normalised_weights, bit for 
     for (index_t j = 0; j < n; ++j) v[j] = static_cast<TestType>(0.5 + u(gen));
     for (index_t i = 0; i < rows; ++i)
       for (index_t j = 0; j < n; ++j) q[static_cast<std::size_t>(i * np + j)] = static_cast<TestType>(u(gen));
-    Padded<TestType> x(V::tile * np);
-    V::load_tile(q.data(), np, rows, n, x.data);
-    V::scale_tile(x.data, v.data(), n);
+    Padded<TestType> by_columns(V::tile * n), x(V::tile * n);
+    V::load_tile(q.data(), np, rows, n, by_columns.data);
+    V::scale_tile(by_columns.data, v.data(), n, x.data);
     for (int k = 1; k <= std::min<int>(V::tile_k, static_cast<int>(n)); ++k) {
       std::vector<std::int32_t> experts(static_cast<std::size_t>(rows * k)), want(static_cast<std::size_t>(k));
       std::vector<TestType> weights(static_cast<std::size_t>(rows * k));
@@ -204,7 +262,9 @@ TEMPLATE_TEST_CASE("a tile's plan weights are math::normalised_weights, bit for 
         for (int r = 0; r < k; ++r) REQUIRE(experts[static_cast<std::size_t>(i * k + r)] == want[r]);
         ssr::math::normalised_weights(
             k, [&](int r) { return t[want[r]]; },
-            [&](int r, double w) { REQUIRE(weights[static_cast<std::size_t>(i * k + r)] == static_cast<TestType>(w)); });
+            [&](int r, double w) {
+              REQUIRE(weights[static_cast<std::size_t>(i * k + r)] == static_cast<TestType>(w));
+            });
       }
     }
   }

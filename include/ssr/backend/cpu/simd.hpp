@@ -6,7 +6,8 @@
 //   topk_tile   = math::topk over a tile of rows; topk_tile_weights adds math::normalised_weights (bit
 //                 for bit) or math::score_weights (softmax scores, within 3 ulps);
 //   exp_row     = std::exp within 2 float ulps (float), Eigen's exp (double);
-//   pass_rows   = the scaled row update t = Q_i * v, r = sum t, plan row t / r, the same bits for every width.
+//   float_kernel_tile = kernel_row (where float_kernel holds) of each row of a tile, bit for bit;
+//   pass_tiles  = the scaled row update t = Q_i * v, r = sum t, plan row t / r, over tiles by columns.
 #pragma once
 
 #include <Eigen/Core>
@@ -87,12 +88,55 @@ struct Simd {
     }
   }
 
+  // Whether v is a normal power of two (no mantissa bits), so that multiplying by it is exact.
+  static bool is_power_of_two(double v) {
+    std::uint64_t bits = 0;
+    std::memcpy(&bits, &v, sizeof bits);
+    const std::uint64_t exponent = bits >> 52 & 0x7ff;
+    return (bits & ((std::uint64_t{1} << 52) - 1)) == 0 && exponent != 0 && exponent != 0x7ff;
+  }
+
+  // Whether a row's kernel without noise runs in T packets (float_kernel_row): floats, the linear cost,
+  // 1 / xi a power of two >= 1 (xi = 0.5, 1). There it gives the double definition's bits: S_ij - max S
+  // is exact in double exactly where the float difference is (exponents at most 29 apart), and elsewhere
+  // both round to the same float; scaling by 2^k >= 1 is exact but for overflow, which both clamp.
+  static bool float_kernel(const RouteSpec& spec) {
+    const double inv_xi = 1.0 / spec.sinkhorn.xi;
+    return std::is_same<T, float>::value && spec.cost == Cost::linear && is_power_of_two(inv_xi) && inv_xi >= 1;
+  }
+
+  // The float kernel (float_kernel) of values x whose row maximum is top (a T, or a Column of a tile).
+  template <class X, class Top>
+  static auto float_kernel_values(const X& x, const Top& top, T bound, T scale) {
+    return (((x - top).max(-bound).min(bound) * scale).max(-bound).min(T(0))).eval();
+  }
+
+  // kernel_row where float_kernel holds: K_ij = clamp(clamp(S_ij - max S, +-bound) * scale, -bound, 0) with
+  // scale = 1 / xi, padded with -inf.
+  static void float_kernel_row(const T* s, index_t n, index_t np, T bound, T scale, T* s_buf, T* kernel) {
+    if (n != np) {  // a padded copy, whose padding changes no maximum
+      std::copy(s, s + n, s_buf);
+      std::fill(s_buf + n, s_buf + np, -std::numeric_limits<T>::infinity());
+      s = s_buf;
+    }
+    using In = Eigen::Map<const Chunk>;  // the caller's rows may lie anywhere
+    Chunk smax = In(s);
+    for (index_t c = W; c < np; c += W) smax = smax.max(In(s + c));
+    const T top = smax.maxCoeff();
+    for (index_t c = 0; c < np; c += W) At<Chunk>(kernel + c) = float_kernel_values(In(s + c), top, bound, scale);
+    for (index_t j = n; j < np; ++j) kernel[j] = -std::numeric_limits<T>::infinity();
+  }
+
   // Row i of the kernel padded with -inf: k[j] = math::kernel_value(x_j, math::kernel_shift(x), xi) with
   // x_j = math::cost_value(math::shifted_cost(S_ij), z_j), in chunks of W doubles. s_buf (np elements of
   // T) and x (np doubles) are scratch; z is the noise padded with zeros, or null.
   static void kernel_row(const T* s, index_t n, index_t np, const RouteSpec& spec, const double* z, T* s_buf, double* x,
                          T* kernel) {
     const double bound = math::cost_bound<T>(), xi = spec.sinkhorn.xi;
+    if (!z && float_kernel(spec)) {
+      float_kernel_row(s, n, np, static_cast<T>(bound), static_cast<T>(1.0 / xi), s_buf, kernel);
+      return;
+    }
     if (n != np) {  // a padded copy, whose padding changes no maximum
       std::copy(s, s + n, s_buf);
       std::fill(s_buf + n, s_buf + np, -std::numeric_limits<T>::infinity());
@@ -109,22 +153,7 @@ struct Simd {
       // Where 1 / xi is a power of two (xi = 0.5, 1, 2, ...), x * (1 / xi) is x / xi exactly, without the
       // divide that would bound the loop.
       const double inv_xi = 1.0 / xi;
-      std::uint64_t bits = 0;
-      std::memcpy(&bits, &inv_xi, sizeof bits);
-      const std::uint64_t exponent = bits >> 52 & 0x7ff;  // a normal power of two: no mantissa bits
-      const bool exact_inverse = (bits & ((std::uint64_t{1} << 52) - 1)) == 0 && exponent != 0 && exponent != 0x7ff;
-      if constexpr (std::is_same<T, float>::value) {
-        // In float, the same bits: S_ij - max S is exact in double exactly where the float difference is
-        // (exponents at most 29 apart), and elsewhere both round to the same float; scaling by 2^k >= 1
-        // is exact but for overflow, which both clamp. So the row runs in float packets.
-        if (exact_inverse && inv_xi >= 1) {
-          const auto b = static_cast<float>(bound), scale = static_cast<float>(inv_xi), top_f = smax.maxCoeff();
-          for (index_t c = 0; c < np; c += W)
-            At<Chunk>(kernel + c) = ((In(s + c) - top_f).max(-b).min(b) * scale).max(-b).min(0.0f);
-          for (index_t j = n; j < np; ++j) kernel[j] = -std::numeric_limits<T>::infinity();
-          return;
-        }
-      }
+      const bool exact_inverse = is_power_of_two(inv_xi);
       for (index_t c = 0; c < np; c += W) {
         DChunk xc;
         for (index_t l = 0; l < W; ++l) xc[l] = static_cast<double>(s[c + l]);
@@ -240,17 +269,6 @@ struct Simd {
       for (int q = 0; q < tile; ++q) x[j * tile + q] = row[q][j];
   }
 
-  // x[j * tile + q] *= v[j]: a tile by columns scaled by column, the products of a row's scaling.
-  static void scale_tile(T* x, const T* v, index_t n) {
-    namespace pk = Eigen::internal;
-    constexpr int L = pk::unpacket_traits<TilePacket>::size;
-    for (index_t j = 0; j < n; ++j) {
-      const TilePacket vj = pk::pset1<TilePacket>(v[j]);
-      for (int h = 0; h < tile; h += L)
-        pk::pstore(x + j * tile + h, pk::pmul(pk::pload<TilePacket>(x + j * tile + h), vj));
-    }
-  }
-
   // Top-k (k <= tile_k) of a tile of rows held by columns, x[j * tile + q] being row q's value of expert j:
   // value[r][q] and index[r][q] (as T) are row q's r-th largest value and its expert, in math::topk's
   // order. Every lane of a packet is a row, so the work is vertical: expert j is inserted into each row's
@@ -283,15 +301,15 @@ struct Simd {
         at[0][h] = pk::pselect(above[0], here, at[0][h]);
       }
     }
+    P finite = pk::ptrue(none);  // math::is_finite of every chosen value, and every list full
     for (int r = 0; r < K; ++r)
       for (int h = 0; h < per; ++h) {
+        finite = pk::pand(finite, pk::pcmp_eq(pk::psub(best[r][h], best[r][h]), pk::pzero(none)));
+        finite = pk::pand(finite, pk::pcmp_le(pk::pzero(none), at[r][h]));
         pk::pstore(value[r] + h * L, best[r][h]);
         pk::pstore(index[r] + h * L, at[r][h]);
       }
-    for (int r = 0; r < K; ++r)
-      for (int q = 0; q < tile; ++q)
-        if (!(index[r][q] >= T(0) && math::is_finite(value[r][q]))) return false;
-    return true;
+    return !pk::predux_any(pk::pcmp_eq(finite, pk::pzero(none)));  // no lane false
   }
 
   // Top-k of a tile by columns (topk_tile) and the weights of the first `rows` rows into experts(q, r) and
@@ -318,83 +336,110 @@ struct Simd {
     if (!topk_tile<K>(x, n, value, index)) return false;
     for (index_t q = 0; q < rows; ++q)
       for (int r = 0; r < K; ++r) experts(q, r) = static_cast<std::int32_t>(index[r][q]);
-    if (form == Weights::plan) {
-      for (index_t q = 0; q < rows; ++q)
-        math::normalised_weights(
-            K, [&](int r) { return value[r][q]; }, [&](int r, double w) { weights(q, r) = static_cast<T>(w); });
-      return true;
+    using Doubles = Eigen::Array<double, tile, 1>;  // one value per row: whole packets
+    Doubles part[K];
+    if (form == Weights::plan) {  // math::normalised_weights, row by row in the same order
+      Doubles sum = Doubles::Zero();
+      for (int r = 0; r < K; ++r) {
+        for (int q = 0; q < tile; ++q) part[r][q] = static_cast<double>(value[r][q]);
+        sum += part[r];
+      }
+      for (int r = 0; r < K; ++r) part[r] /= sum;
+    } else {
+      alignas(64) T term[K][tile];
+      for (int r = 1; r < K; ++r) {
+        for (int q = 0; q < tile; ++q) term[r][q] = value[r][q] - value[0][q];
+        exp_row(term[r], term[r], tile);
+      }
+      Doubles sum = Doubles::Ones();
+      for (int r = 1; r < K; ++r) {
+        for (int q = 0; q < tile; ++q) part[r][q] = static_cast<double>(term[r][q]);
+        sum += part[r];
+      }
+      part[0] = sum.inverse();
+      for (int r = 1; r < K; ++r) part[r] /= sum;
     }
-    alignas(64) T term[K][tile];
-    for (int r = 1; r < K; ++r) {
-      for (int q = 0; q < tile; ++q) term[r][q] = value[r][q] - value[0][q];
-      exp_row(term[r], term[r], tile);
-    }
-    using Column = Eigen::Array<double, tile, 1>;  // one value per row: whole packets
-    Column sum = Column::Ones(), part[K];
-    for (int r = 1; r < K; ++r) {
-      for (int q = 0; q < tile; ++q) part[r][q] = static_cast<double>(term[r][q]);
-      sum += part[r];
-    }
-    part[0] = sum.inverse();
-    for (int r = 1; r < K; ++r) part[r] /= sum;
     for (index_t q = 0; q < rows; ++q)
       for (int r = 0; r < K; ++r) weights(q, r) = static_cast<T>(part[r][q]);
     return true;
   }
 
-  // Rows [i0, i1) of one scaled pass: t = Q_i * v, r = sum t (into row_sum), and the block's column sums
-  // of the plan rows t / r (into part, np elements). The common widths (C chunks a row) keep v and the
-  // sums in registers; C = 0 takes any width. All do the same operations in the same order.
-  template <int C>
-  static void pass_rows(const T* q, const T* v, index_t np, index_t i0, index_t i1, T* row_sum, T* part) {
-    if constexpr (C > 0) {
-      Chunk vc[C], acc_part[C];
-      for (int c = 0; c < C; ++c) {
-        vc[c] = At<const Chunk>(v + c * W);
-        acc_part[c].setZero();
-      }
-      for (index_t i = i0; i < i1; ++i) {
-        const T* qrow = q + i * np;
-        Chunk t[C];
-        Chunk acc = Chunk::Zero();
-        for (int c = 0; c < C; ++c) {
-          t[c] = At<const Chunk>(qrow + c * W) * vc[c];
-          acc += t[c];
-        }
-        const T r = acc.sum();  // >= exp(-bound): Q has a 1 in the row
-        const T inv = T(1) / r;
-        for (int c = 0; c < C; ++c) acc_part[c] += t[c] * inv;
-        row_sum[i] = r;
-      }
-      for (int c = 0; c < C; ++c) At<Chunk>(part + c * W) = acc_part[c];
-    } else {
-      std::fill(part, part + np, T(0));
-      for (index_t i = i0; i < i1; ++i) {
-        const T* qrow = q + i * np;
-        Chunk acc = Chunk::Zero();
-        for (index_t c = 0; c < np; c += W) acc += At<const Chunk>(qrow + c) * At<const Chunk>(v + c);
-        const T r = acc.sum();
-        const T inv = T(1) / r;
-        for (index_t c = 0; c < np; c += W)
-          At<Chunk>(part + c) += (At<const Chunk>(qrow + c) * At<const Chunk>(v + c)) * inv;
-        row_sum[i] = r;
-      }
-    }
+  // The CPU Sinkhorn keeps K and Q in tiles of `tile` rows by columns: element (i, j) at
+  // tile_offset(i, n) + j * tile + i % tile, so that a packet holds one column of several rows and a row's
+  // sums need no horizontal additions. The rows past m in the last tile hold K = -inf and Q = 0.
+  static constexpr index_t tile_offset(index_t i, index_t n) { return i / tile * n * tile; }
+  static constexpr index_t at_tile(index_t i, index_t j, index_t n) { return tile_offset(i, n) + j * tile + i % tile; }
+
+  // One column of a tile: a value per row, whole packets.
+  using Column = Eigen::Array<T, tile, 1>;
+
+  // float_kernel_row of every row of a tile by columns, in place (n columns).
+  static void float_kernel_tile(T* x, index_t n, T bound, T scale) {
+    Column top = At<const Column>(x);
+    for (index_t j = 1; j < n; ++j) top = top.max(At<const Column>(x + j * tile));
+    for (index_t j = 0; j < n; ++j)
+      At<Column>(x + j * tile) = float_kernel_values(At<const Column>(x + j * tile), top, bound, scale);
   }
 
-  // pass_rows with the width picked at run time: the widths with a register form take it.
-  static void pass(const T* q, const T* v, index_t np, index_t i0, index_t i1, T* row_sum, T* part) {
-    switch (np / W) {
-      case 1:
-        pass_rows<1>(q, v, np, i0, i1, row_sum, part);
-        break;
-      case 2:
-        pass_rows<2>(q, v, np, i0, i1, row_sum, part);
-        break;
-      default:
-        pass_rows<0>(q, v, np, i0, i1, row_sum, part);
-        break;
+  // Sets lanes [rows, tile) of every column of a tile by columns to value.
+  static void fill_lanes(T* x, index_t n, index_t rows, T value) {
+    for (index_t j = 0; j < n; ++j) std::fill(x + j * tile + rows, x + (j + 1) * tile, value);
+  }
+
+  // One scaled pass over `count` tiles of Q by columns (at most a block's rows; padding rows zeros): for
+  // each row t = Q_i * v and r = sum_j t_j (into row_sum, a Column a tile), and the column sums of the
+  // plan rows t / r over all the rows (into part, n elements). First each tile's r and 1 / r, then the
+  // column sums four columns at a time over every tile, in registers. The order is fixed: r adds the
+  // columns j = 0, 1, 2, 3 (mod 4) in four sums, then (0 + 1) + (2 + 3); each lane adds its rows in order,
+  // then the lanes are added. A real row's r is at least exp(-absorb_bound) (Q has a 1 in it), far above
+  // the least normal T, which keeps a padding row's 0 * (1 / r) at 0.
+  static void pass_tiles(const T* q, const T* v, index_t n, index_t count, T* row_sum, T* part) {
+    alignas(64) T inv[CpuTuning::block_elements / CpuTuning::pad];
+    const T least = std::numeric_limits<T>::min();
+    for (index_t tl = 0; tl < count; ++tl) {
+      const T* x = q + tl * n * tile;
+      const auto t = [x, v](index_t j) { return Column(At<const Column>(x + j * tile) * v[j]); };
+      Column r[4] = {Column::Zero(), Column::Zero(), Column::Zero(), Column::Zero()};
+      index_t j = 0;
+      for (; j + 4 <= n; j += 4)
+        for (int c = 0; c < 4; ++c) r[c] += t(j + c);
+      for (int c = 0; j < n; ++j, ++c) r[c] += t(j);
+      const Column sum = (r[0] + r[1]) + (r[2] + r[3]);
+      At<Column>(row_sum + tl * tile) = sum;
+      At<Column>(inv + tl * tile) = sum.max(least).inverse();
     }
+    index_t j0 = 0;
+    for (; j0 + 4 <= n; j0 += 4) column_sums<4>(q, v, n, count, inv, j0, part);
+    for (; j0 < n; ++j0) column_sums<1>(q, v, n, count, inv, j0, part);
+  }
+
+  // part[j] for columns [j0, j0 + G) of pass_tiles: sum_i Q_ij v_j * inv_i, a lane's rows in order, then
+  // the lanes.
+  template <int G>
+  static void column_sums(const T* q, const T* v, index_t n, index_t count, const T* inv, index_t j0, T* part) {
+    Column acc[G], vc[G];
+    for (int c = 0; c < G; ++c) {
+      acc[c].setZero();
+      vc[c] = Column::Constant(v[j0 + c]);
+    }
+    for (index_t tl = 0; tl < count; ++tl) {
+      const T* x = q + (tl * n + j0) * tile;
+      const Column w = At<const Column>(inv + tl * tile);
+      for (int c = 0; c < G; ++c) acc[c] += (At<const Column>(x + c * tile) * vc[c]) * w;
+    }
+    for (int c = 0; c < G; ++c) part[j0 + c] = acc[c].sum();
+  }
+
+  // out = x * v by columns (a tile's t = Q_i * v, the products of pass_tiles).
+  static void scale_tile(const T* x, const T* v, index_t n, T* out) {
+    for (index_t j = 0; j < n; ++j) At<Column>(out + j * tile) = At<const Column>(x + j * tile) * v[j];
+  }
+
+  // Row i of a matrix in tiles into a padded row (np elements; padding `pad`), times v where v is not null.
+  static void gather_row(const T* tiles, index_t i, index_t n, index_t np, const T* v, T pad, T* row) {
+    const T* x = tiles + tile_offset(i, n) + i % tile;
+    for (index_t j = 0; j < n; ++j) row[j] = v ? x[j * tile] * v[j] : x[j * tile];
+    std::fill(row + n, row + np, pad);
   }
 };
 

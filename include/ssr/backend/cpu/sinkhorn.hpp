@@ -8,17 +8,21 @@
 // Q <= 1 with a 1 in every row, and v stays within exp(+-bound): when some |g_j - h_j| grows past the
 // bound, h absorbs g and Q is recomputed (one exp pass). So r never overflows or underflows. A column
 // whose sum underflows takes the log-domain update (math::column_potential_from_lse).
+// K and Q are held in tiles of 8 rows by columns (Simd::at_tile): a vector holds one column of several
+// rows, so a row's sum needs no horizontal additions and the final top-k reads the tiles as they are.
 // With a communicator, the column sums (and a log-domain column's maximum and sum) are reduced over the
 // ranks that share the problem, exactly (detail::sum_over_ranks), so every rank takes the same steps.
-// The setup builds K and Q row by row and makes the first pass on the way; the final plan, top-k and
-// weights are the last pass's t / r, from Q and v without exp, except for rows whose chosen experts' Q
-// underflowed, which are redone in the log domain.
+// The setup builds K and Q a tile at a time (the float kernel from the logits by columns, other kernels row
+// by row) and makes the first pass on the way; the final plan, top-k and weights are the last pass's
+// t / r, from Q and v without exp, except for rows whose chosen experts' Q underflowed, which are redone
+// in the log domain.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <utility>
 
 #include "ssr/backend/cpu/simd.hpp"
 #include "ssr/backend/cpu/tuning.hpp"
@@ -59,87 +63,115 @@ class Sinkhorn {
   // Lays out the buffers of an m x n solve on nt threads.
   static Buffers layout(detail::Carve& c, index_t m, index_t n, int nt) {
     const index_t np = CpuTuning::padded(n), blocks = CpuTuning::blocks(m, n);
-    const auto mp = static_cast<std::size_t>(m * np), npz = static_cast<std::size_t>(np);
+    const auto mt = static_cast<std::size_t>((m + V::tile - 1) / V::tile * V::tile);  // whole tiles
+    const auto nz = static_cast<std::size_t>(n), npz = static_cast<std::size_t>(np);
     const auto threads = static_cast<std::size_t>(nt);
     Buffers b{};
-    b.logk = c.take<T>(mp);
-    b.q = c.take<T>(mp);
-    b.v = c.take<T>(npz);
-    b.gt = c.take<T>(npz);  // g rounded to T: what both forms use
-    b.ht = c.take<T>(npz);  // h, the absorbed part of g
+    b.logk = c.take<T>(mt * nz);  // K and Q in tiles by columns (Simd::at_tile)
+    b.q = c.take<T>(mt * nz);
+    b.v = c.take<T>(nz);
+    b.gt = c.take<T>(npz);  // g rounded to T: what both forms use; padded with zeros
+    b.ht = c.take<T>(nz);   // h, the absorbed part of g
     b.partial = c.take<T>(static_cast<std::size_t>(blocks * n));
-    b.scratch = c.take<T>(4 * npz * threads);                                // rows t, e, part and S per thread
-    b.tiles = c.take<T>(static_cast<std::size_t>(V::tile) * npz * threads);  // a tile of rows per thread
-    b.row_top = c.take<T>(static_cast<std::size_t>(m));                      // c_i; f_i = -(row_top_i + log row_sum_i)
-    b.row_sum = c.take<T>(static_cast<std::size_t>(m));
-    b.g = c.take<double>(static_cast<std::size_t>(n));
-    b.colsum = c.take<double>(static_cast<std::size_t>(n));
+    b.scratch = c.take<T>(3 * npz * threads);                               // rows t, e and S per thread
+    b.tiles = c.take<T>(static_cast<std::size_t>(V::tile) * nz * threads);  // a tile per thread
+    b.row_top = c.take<T>(mt);                                              // c_i; f_i = -(row_top_i + log row_sum_i)
+    b.row_sum = c.take<T>(mt);
+    b.g = c.take<double>(nz);
+    b.colsum = c.take<double>(nz);
     b.xbuf = c.take<double>(2 * npz * threads);
     b.limbs = c.take<std::int64_t>(static_cast<std::size_t>(math::exact_limbs * n));
-    b.log_update = c.take<std::int32_t>(static_cast<std::size_t>(n));
-    b.column_max = c.take<double>(static_cast<std::size_t>(n));
-    b.column_sum = c.take<double>(static_cast<std::size_t>(n));
+    b.log_update = c.take<std::int32_t>(nz);
+    b.column_max = c.take<double>(nz);
+    b.column_sum = c.take<double>(nz);
     return b;
   }
 
   // comm: the ranks sharing the problem (spec.total_rows rows in all), or null.
   static void solve(const Buffers& b, const RouteSpec& spec, ConstMatrixView<T> s, const RouteOutputs<T>& out,
                     RouteInfo& info, int nt, const Communicator<HostStream>* comm) {
-    const index_t m = s.rows, n = s.cols, np = CpuTuning::padded(n);
-    const index_t rows = CpuTuning::rows_per_block(n), blocks = CpuTuning::blocks(m, n);
+    constexpr index_t tile = V::tile;
+    const index_t m = s.rows, n = s.cols, np = CpuTuning::padded(n), size = n * tile;  // size: a tile's elements
+    const index_t tiles = (m + tile - 1) / tile, last_rows = m - (tiles - 1) * tile;
+    const index_t tiles_per_block = CpuTuning::rows_per_block(n) / tile, blocks = CpuTuning::blocks(m, n);
     T *logk = b.logk, *q = b.q, *v = b.v, *gt = b.gt, *ht = b.ht, *partial = b.partial, *row_top = b.row_top,
       *row_sum = b.row_sum;
     double *g = b.g, *colsum = b.colsum;
     std::fill(g, g + n, 0.0);
     std::fill(gt, gt + np, T(0));
-    std::fill(ht, ht + np, T(0));
+    std::fill(ht, ht + n, T(0));
     std::fill(v, v + n, T(1));
-    std::fill(v + n, v + np, T(0));  // padding: t = Q * v is 0 there
 
     const index_t rows_total = math::problem_rows(spec, m);
     const math::ColumnTarget target = math::column_target(rows_total, n);
     const T tiny = static_cast<T>(math::underflow_threshold<T>());
+    const bool float_form = !spec.noisy() && V::float_kernel(spec);
     bool done = false, absorb = false;
     int iterations = 0;
     double err = 0;
 
     detail::parallel(nt, [&] {
       const int tid = detail::thread_id();
-      T* t_buf = b.scratch + index_t{4} * tid * np;
+      T* t_buf = b.scratch + index_t{3} * tid * np;
       T* e_buf = t_buf + np;
-      T* p_buf = e_buf + np;
-      T* s_buf = p_buf + np;
+      T* s_buf = e_buf + np;
+      T* by_columns = b.tiles + size * tid;
       double* x = b.xbuf + index_t{2} * np * tid;
       double* z = x + np;
       std::fill(z + n, z + np, 0.0);  // noise padding
 
-      // One pass over the rows of block b, into the block's column sums.
-      auto pass = [&](index_t blk) {
-        V::pass(q, v, np, blk * rows, std::min(m, (blk + 1) * rows), row_sum, p_buf);
-        std::copy(p_buf, p_buf + n, partial + blk * n);
+      // Tiles [t0, t1) of block blk; the real rows of tile tl.
+      const auto block_tiles = [&](index_t blk) {
+        return std::pair<index_t, index_t>(blk * tiles_per_block, std::min(tiles, (blk + 1) * tiles_per_block));
+      };
+      const auto rows_of = [&](index_t tl) { return tl == tiles - 1 ? last_rows : tile; };
+      // One pass over the tiles of block blk, into the block's column sums.
+      const auto pass = [&](index_t blk) {
+        const auto [t0, t1] = block_tiles(blk);
+        V::pass_tiles(q + t0 * size, v, n, t1 - t0, row_sum + t0 * tile, partial + blk * n);
       };
 
-      // K = cost / xi, padded with -inf; Q = exp(K) (h = 0, c = 0); and with it the first pass.
+      // K = cost / xi in tiles, padding rows -inf; Q = exp(K) (h = 0, c = 0); and with it the first pass.
       SSR_OMP(for schedule(static))
       for (index_t blk = 0; blk < blocks; ++blk) {
-        for (index_t i = blk * rows; i < std::min(m, (blk + 1) * rows); ++i) {
-          if (spec.noisy()) math::noise_row(spec, i, n, z);
-          T* krow = logk + i * np;
-          V::kernel_row(s.row(i), n, np, spec, spec.noisy() ? z : nullptr, s_buf, x, krow);
-          V::exp_row(krow, q + i * np, np);
-          row_top[i] = T(0);
-          if (!out.noise.empty())
-            math::noise_output(
-                spec, n, [z](index_t j) { return z[j]; }, out.noise.row(i));
+        const auto [t0, t1] = block_tiles(blk);
+        for (index_t tl = t0; tl < t1; ++tl) {
+          const index_t i0 = tl * tile, rows = rows_of(tl);
+          T* ktile = logk + tl * size;
+          if (float_form) {
+            V::load_tile(s.row(i0), s.stride, rows, n, ktile);
+            V::float_kernel_tile(ktile, n, static_cast<T>(math::cost_bound<T>()),
+                                 static_cast<T>(1.0 / spec.sinkhorn.xi));
+          } else {
+            for (index_t r = 0; r < rows; ++r) {
+              if (spec.noisy()) math::noise_row(spec, i0 + r, n, z);
+              V::kernel_row(s.row(i0 + r), n, np, spec, spec.noisy() ? z : nullptr, s_buf, x, t_buf);
+              for (index_t j = 0; j < n; ++j) ktile[j * tile + r] = t_buf[j];
+              if (!out.noise.empty())
+                math::noise_output(
+                    spec, n, [z](index_t j) { return z[j]; }, out.noise.row(i0 + r));
+            }
+          }
+          V::fill_lanes(ktile, n, rows, -std::numeric_limits<T>::infinity());
         }
+        if (float_form && !out.noise.empty())
+          for (index_t i = t0 * tile; i < std::min(m, t1 * tile); ++i)
+            math::noise_output(
+                spec, n, [](index_t) { return 0.0; }, out.noise.row(i));
+        // The block's exps in one loop: its packets are independent. exp(-inf) may be a tiny double
+        // (Eigen's exp), so the padding rows' Q is set to 0.
+        V::exp_row(logk + t0 * size, q + t0 * size, (t1 - t0) * size);
+        if (t1 == tiles) V::fill_lanes(q + (tiles - 1) * size, n, last_rows, T(0));
+        std::fill(row_top + t0 * tile, row_top + t1 * tile, T(0));
         pass(blk);
       }
 
       // Row i in the log domain: a = K_i + g into t_buf, e = exp(a - max a) into e_buf; returns the sum
       // of e over the real columns.
       auto log_row = [&](index_t i) -> T {
+        V::gather_row(logk, i, n, np, nullptr, -std::numeric_limits<T>::infinity(), t_buf);
         At<Row> a(t_buf, 1, np), e(e_buf, 1, np);
-        a = At<const Row>(logk + i * np, 1, np) + At<const Row>(gt, 1, np);
+        a += At<const Row>(gt, 1, np);
         e = (a - a.maxCoeff()).exp();
         return e.head(n).sum();
       };
@@ -161,13 +193,18 @@ class Sinkhorn {
         }
         SSR_OMP(barrier)
         if (done) break;
-        if (absorb) {
+        if (absorb) {  // Q = exp(K + h - c) with c the row's maximum, by tiles
           SSR_OMP(for schedule(static))
-          for (index_t i = 0; i < m; ++i) {
-            At<Row> a(t_buf, 1, np);
-            a = At<const Row>(logk + i * np, 1, np) + At<const Row>(ht, 1, np);
-            row_top[i] = a.maxCoeff();
-            At<Row>(q + i * np, 1, np) = (a - row_top[i]).exp();
+          for (index_t tl = 0; tl < tiles; ++tl) {
+            const T* ktile = logk + tl * size;
+            using Column = typename V::Column;
+            Column top = Column::Constant(-std::numeric_limits<T>::infinity());
+            for (index_t j = 0; j < n; ++j) top = top.max(At<const Column>(ktile + j * tile) + ht[j]);
+            for (index_t j = 0; j < n; ++j)
+              At<Column>(by_columns + j * tile) = (At<const Column>(ktile + j * tile) + ht[j]) - top;
+            V::exp_row(by_columns, q + tl * size, size);
+            V::fill_lanes(q + tl * size, n, rows_of(tl), T(0));
+            At<Column>(row_top + tl * tile) = top;
           }
         }
         SSR_OMP(for schedule(static))
@@ -180,7 +217,7 @@ class Sinkhorn {
       const auto exact = [&](index_t i) {
         const std::int32_t* idx = out.experts.row(i);
         bool all = true;
-        for (int r = 0; r < spec.k; ++r) all = all && q[i * np + idx[r]] >= tiny;
+        for (int r = 0; r < spec.k; ++r) all = all && q[V::at_tile(i, idx[r], n)] >= tiny;
         return all;
       };
       // Score weights from the chosen experts' logits (plan weights come from the plan values).
@@ -194,8 +231,7 @@ class Sinkhorn {
       };
       const auto final_row = [&](index_t i) {
         std::int32_t* idx = out.experts.row(i);
-        const T* qrow = q + i * np;
-        for (index_t c = 0; c < np; c += W) At<Chunk>(t_buf + c) = At<const Chunk>(qrow + c) * At<const Chunk>(v + c);
+        V::gather_row(q, i, n, np, v, T(0), t_buf);  // t = Q_i * v, the pass's products
         V::topk_row(t_buf, n, np, spec.k, idx);
         const T* p_row = t_buf;
         T inv = T(1) / row_sum[i];
@@ -217,28 +253,25 @@ class Sinkhorn {
           for (index_t j = 0; j < n; ++j) p[j] = p_row[j] * inv;
         }
       };
-      if (spec.k > V::tile_k || !out.plan.empty()) {
-        SSR_OMP(for schedule(static))
-        for (index_t i = 0; i < m; ++i) final_row(i);
-      } else {
-        // Tiles of rows by columns: t = Q * v, the same bits as a row's, then top-k and plan weights of
-        // the whole tile at once (V::topk_tile_weights); rows it cannot take go through final_row.
-        const index_t tiles = (m + V::tile - 1) / V::tile;
-        T* by_columns = b.tiles + V::tile * np * tid;
-        SSR_OMP(for schedule(static))
-        for (index_t tl = 0; tl < tiles; ++tl) {
-          const index_t i0 = tl * V::tile, in_tile = std::min<index_t>(V::tile, m - i0);
-          V::load_tile(q + i0 * np, np, in_tile, n, by_columns);
-          V::scale_tile(by_columns, v, n);
-          const MatrixView<std::int32_t> experts(out.experts.row(i0), in_tile, spec.k, out.experts.stride);
-          const MatrixView<T> weights(out.weights.row(i0), in_tile, spec.k, out.weights.stride);
-          const bool tiled = V::topk_tile_weights(Weights::plan, by_columns, n, spec.k, in_tile, experts, weights);
-          for (index_t i = i0; i < i0 + in_tile; ++i) {
-            if (!tiled || !exact(i)) {
-              final_row(i);
-            } else if (spec.weights == Weights::scores) {
-              score_weights(i);  // over the plan weights the tile wrote
-            }
+      // A tile at a time: t = Q * v by columns, then top-k and plan weights of the whole tile at once
+      // (V::topk_tile_weights, for k <= tile_k without the plan asked); rows it cannot take go through
+      // final_row.
+      const bool by_tiles = spec.k <= V::tile_k && out.plan.empty();
+      SSR_OMP(for schedule(static))
+      for (index_t tl = 0; tl < tiles; ++tl) {
+        const index_t i0 = tl * tile, rows = rows_of(tl);
+        bool tiled = false;
+        if (by_tiles) {
+          V::scale_tile(q + tl * size, v, n, by_columns);
+          const MatrixView<std::int32_t> experts(out.experts.row(i0), rows, spec.k, out.experts.stride);
+          const MatrixView<T> weights(out.weights.row(i0), rows, spec.k, out.weights.stride);
+          tiled = V::topk_tile_weights(Weights::plan, by_columns, n, spec.k, rows, experts, weights);
+        }
+        for (index_t i = i0; i < i0 + rows; ++i) {
+          if (!tiled || !exact(i)) {
+            final_row(i);
+          } else if (spec.weights == Weights::scores) {
+            score_weights(i);  // over the plan weights the tile wrote
           }
         }
       }
@@ -275,9 +308,8 @@ class Sinkhorn {
   // columns, as their sums are the same bits.
   static void log_domain_columns(const Buffers& b, index_t m, index_t n, const math::ColumnTarget& target,
                                  const Communicator<HostStream>* comm) {
-    const index_t np = CpuTuning::padded(n);
     const auto entry = [&](index_t i, index_t j) {  // K_ij + f_i
-      return static_cast<double>(b.logk[i * np + j]) - static_cast<double>(b.row_top[i]) -
+      return static_cast<double>(b.logk[Simd<T>::at_tile(i, j, n)]) - static_cast<double>(b.row_top[i]) -
              std::log(static_cast<double>(b.row_sum[i]));
     };
     if (!comm) {

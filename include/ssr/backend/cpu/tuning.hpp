@@ -29,7 +29,10 @@ struct CpuTuning {
   static constexpr index_t check_parallel_min_elements = index_t{1} << 20;
 
   static constexpr index_t padded(index_t n) { return (n + pad - 1) / pad * pad; }
-  static constexpr index_t rows_per_block(index_t n) { return std::max(min_rows, block_elements / padded(n)); }
+  // Whole tiles of min_rows rows (the CPU Sinkhorn keeps its matrices in tiles of 8 rows).
+  static constexpr index_t rows_per_block(index_t n) {
+    return std::max(min_rows, block_elements / padded(n) / min_rows * min_rows);
+  }
   static constexpr index_t blocks(index_t m, index_t n) { return (m + rows_per_block(n) - 1) / rows_per_block(n); }
 
   // Absorb g into Q once some |g_j - h_j| exceeds this: the scalings v stay within exp(+-bound).
