@@ -111,10 +111,10 @@ struct Simd {
     return (((x - top).max(-bound).min(bound) * scale).max(-bound).min(T(0))).eval();
   }
 
-  // kernel_row where float_kernel holds: K_ij = clamp(clamp(S_ij - max S, +-bound) * scale, -bound, 0) with
-  // scale = 1 / xi, padded with -inf.
-  static void float_kernel_row(const T* s, index_t n, index_t np, T bound, T scale, T* s_buf, T* kernel) {
-    if (n != np) {  // a padded copy, whose padding changes no maximum
+  // The maximum of a row of n elements; where n < np, s is pointed at a copy in s_buf padded with -inf to
+  // np elements, which changes no maximum (exact: any order gives the same).
+  static T padded_max(const T*& s, index_t n, index_t np, T* s_buf) {
+    if (n != np) {
       std::copy(s, s + n, s_buf);
       std::fill(s_buf + n, s_buf + np, -std::numeric_limits<T>::infinity());
       s = s_buf;
@@ -122,7 +122,14 @@ struct Simd {
     using In = Eigen::Map<const Chunk>;  // the caller's rows may lie anywhere
     Chunk smax = In(s);
     for (index_t c = W; c < np; c += W) smax = smax.max(In(s + c));
-    const T top = smax.maxCoeff();
+    return smax.maxCoeff();
+  }
+
+  // kernel_row where float_kernel holds: K_ij = clamp(clamp(S_ij - max S, +-bound) * scale, -bound, 0) with
+  // scale = 1 / xi, padded with -inf.
+  static void float_kernel_row(const T* s, index_t n, index_t np, T bound, T scale, T* s_buf, T* kernel) {
+    const T top = padded_max(s, n, np, s_buf);
+    using In = Eigen::Map<const Chunk>;  // the caller's rows may lie anywhere
     for (index_t c = 0; c < np; c += W) At<Chunk>(kernel + c) = float_kernel_values(In(s + c), top, bound, scale);
     for (index_t j = n; j < np; ++j) kernel[j] = -std::numeric_limits<T>::infinity();
   }
@@ -137,15 +144,7 @@ struct Simd {
       float_kernel_row(s, n, np, static_cast<T>(bound), static_cast<T>(1.0 / xi), s_buf, kernel);
       return;
     }
-    if (n != np) {  // a padded copy, whose padding changes no maximum
-      std::copy(s, s + n, s_buf);
-      std::fill(s_buf + n, s_buf + np, -std::numeric_limits<T>::infinity());
-      s = s_buf;
-    }
-    using In = Eigen::Map<const Chunk>;  // the caller's rows may lie anywhere
-    Chunk smax = In(s);
-    for (index_t c = W; c < np; c += W) smax = smax.max(In(s + c));  // exact: any order gives the same
-    const auto top = static_cast<double>(smax.maxCoeff());
+    const auto top = static_cast<double>(padded_max(s, n, np, s_buf));
     // Without noise the row's largest x is the +0 of its top element, so the kernel shift
     // max(-bound, max x) is 0 and K = clamp(x / xi) needs no second pass: (x - 0) / xi is x / xi.
     // Each Eigen expression holds one scalar type, so that it runs in packets; conversions are plain loops.
