@@ -169,7 +169,7 @@ TEMPLATE_TEST_CASE("the scaled pass over tiles gives each row's sum and the plan
           col += static_cast<double>(dense[static_cast<std::size_t>(i * n + j)] * v.data[j]) / sum.data[i];
         REQUIRE(part.data[j] == Approx(col).epsilon(1e-5));
       }
-      // And no thread count changes them: a second call gives the same bits.
+      // And a second call gives the same bits: nothing is carried over between calls.
       Padded<TestType> part_b(n), sum_b(tiles * V::tile);
       V::pass_tiles(q.data, v.data, n, tiles, sum_b.data, part_b.data);
       REQUIRE(std::memcmp(part.data, part_b.data, sizeof(TestType) * static_cast<std::size_t>(n)) == 0);
