@@ -96,7 +96,7 @@ struct Simd {
     return (bits & ((std::uint64_t{1} << 52) - 1)) == 0 && exponent != 0 && exponent != 0x7ff;
   }
 
-  // Whether a row's kernel without noise runs in T packets (float_kernel_row): floats, the linear cost,
+  // Whether a tile's kernel without noise runs in T packets (float_kernel_tile): floats, the linear cost,
   // 1 / xi a power of two >= 1 (xi = 0.5, 1). There it gives the double definition's bits: S_ij - max S
   // is exact in double exactly where the float difference is (exponents at most 29 apart), and elsewhere
   // both round to the same float; scaling by 2^k >= 1 is exact but for overflow, which both clamp.
@@ -105,46 +105,21 @@ struct Simd {
     return std::is_same<T, float>::value && spec.cost == Cost::linear && is_power_of_two(inv_xi) && inv_xi >= 1;
   }
 
-  // The float kernel (float_kernel) of values x whose row maximum is top (a T, or a Column of a tile).
-  template <class X, class Top>
-  static auto float_kernel_values(const X& x, const Top& top, T bound, T scale) {
-    return (((x - top).max(-bound).min(bound) * scale).max(-bound).min(T(0))).eval();
-  }
-
-  // The maximum of a row of n elements; where n < np, s is pointed at a copy in s_buf padded with -inf to
-  // np elements, which changes no maximum (exact: any order gives the same).
-  static T padded_max(const T*& s, index_t n, index_t np, T* s_buf) {
-    if (n != np) {
-      std::copy(s, s + n, s_buf);
-      std::fill(s_buf + n, s_buf + np, -std::numeric_limits<T>::infinity());
-      s = s_buf;
-    }
-    using In = Eigen::Map<const Chunk>;  // the caller's rows may lie anywhere
-    Chunk smax = In(s);
-    for (index_t c = W; c < np; c += W) smax = smax.max(In(s + c));
-    return smax.maxCoeff();
-  }
-
-  // kernel_row where float_kernel holds: K_ij = clamp(clamp(S_ij - max S, +-bound) * scale, -bound, 0) with
-  // scale = 1 / xi, padded with -inf.
-  static void float_kernel_row(const T* s, index_t n, index_t np, T bound, T scale, T* s_buf, T* kernel) {
-    const T top = padded_max(s, n, np, s_buf);
-    using In = Eigen::Map<const Chunk>;  // the caller's rows may lie anywhere
-    for (index_t c = 0; c < np; c += W) At<Chunk>(kernel + c) = float_kernel_values(In(s + c), top, bound, scale);
-    for (index_t j = n; j < np; ++j) kernel[j] = -std::numeric_limits<T>::infinity();
-  }
-
   // Row i of the kernel padded with -inf: k[j] = math::kernel_value(x_j, math::kernel_shift(x), xi) with
   // x_j = math::cost_value(math::shifted_cost(S_ij), z_j), in chunks of W doubles. s_buf (np elements of
   // T) and x (np doubles) are scratch; z is the noise padded with zeros, or null.
   static void kernel_row(const T* s, index_t n, index_t np, const RouteSpec& spec, const double* z, T* s_buf, double* x,
                          T* kernel) {
     const double bound = math::cost_bound<T>(), xi = spec.sinkhorn.xi;
-    if (!z && float_kernel(spec)) {
-      float_kernel_row(s, n, np, static_cast<T>(bound), static_cast<T>(1.0 / xi), s_buf, kernel);
-      return;
+    if (n != np) {  // a padded copy, whose padding changes no maximum
+      std::copy(s, s + n, s_buf);
+      std::fill(s_buf + n, s_buf + np, -std::numeric_limits<T>::infinity());
+      s = s_buf;
     }
-    const auto top = static_cast<double>(padded_max(s, n, np, s_buf));
+    using In = Eigen::Map<const Chunk>;  // the caller's rows may lie anywhere
+    Chunk smax = In(s);
+    for (index_t c = W; c < np; c += W) smax = smax.max(In(s + c));  // exact: any order gives the same
+    const auto top = static_cast<double>(smax.maxCoeff());
     // Without noise the row's largest x is the +0 of its top element, so the kernel shift
     // max(-bound, max x) is 0 and K = clamp(x / xi) needs no second pass: (x - 0) / xi is x / xi.
     // Each Eigen expression holds one scalar type, so that it runs in packets; conversions are plain loops.
@@ -372,12 +347,15 @@ struct Simd {
   // One column of a tile: a value per row, whole packets.
   using Column = Eigen::Array<T, tile, 1>;
 
-  // float_kernel_row of every row of a tile by columns, in place (n columns).
+  // kernel_row, where float_kernel holds, of every row of a tile by columns, in place (n columns):
+  // K_ij = clamp(clamp(S_ij - max S, +-bound) * scale, -bound, 0) with scale = 1 / xi.
   static void float_kernel_tile(T* x, index_t n, T bound, T scale) {
     Column top = At<const Column>(x);
     for (index_t j = 1; j < n; ++j) top = top.max(At<const Column>(x + j * tile));
-    for (index_t j = 0; j < n; ++j)
-      At<Column>(x + j * tile) = float_kernel_values(At<const Column>(x + j * tile), top, bound, scale);
+    for (index_t j = 0; j < n; ++j) {
+      At<Column> k(x + j * tile);
+      k = ((k - top).max(-bound).min(bound) * scale).max(-bound).min(T(0));
+    }
   }
 
   // Sets lanes [rows, tile) of every column of a tile by columns to value.
