@@ -8,6 +8,7 @@
 #include <ssr/math/topk.hpp>
 #include <ssr/math/weights.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -177,35 +178,40 @@ TEMPLATE_TEST_CASE("the scaled pass over tiles gives each row's sum and the plan
   }
 }
 
-TEMPLATE_TEST_CASE("a tile of softmax top-k is math::topk and math::score_weights, ties included", "[simd]", float,
-                   double) {
+TEMPLATE_TEST_CASE("a group of tiles of softmax top-k is math::topk and math::score_weights, ties included", "[simd]",
+                   float, double) {
   using V = ssr::cpu::Simd<TestType>;
   std::mt19937 gen(4);
   std::uniform_int_distribution<int> small(0, 5);
   std::normal_distribution<double> normal(0.0, 3.0);
   for (index_t n : {1, 2, 7, 8, 13, 16, 40}) {
     for (int k = 1; k <= std::min<int>(V::tile_k, static_cast<int>(n)); ++k) {
-      for (index_t rows : {index_t{1}, index_t{5}, index_t{V::tile}}) {
-        for (int trial = 0; trial < 20; ++trial) {
+      // One tile, a part of one, several and a partial last one, a whole group.
+      for (index_t rows : {index_t{1}, index_t{5}, index_t{V::tile}, index_t{13}, index_t{27}, V::group_rows}) {
+        for (int trial = 0; trial < 10; ++trial) {
           const index_t stride = n + trial % 3;  // rows may lie apart
           std::vector<TestType> s(static_cast<std::size_t>(rows * stride), TestType(7));
           for (index_t i = 0; i < rows; ++i)
             for (index_t j = 0; j < n; ++j)
               s[static_cast<std::size_t>(i * stride + j)] =
                   static_cast<TestType>(trial % 2 ? small(gen) / 4.0 : normal(gen));  // ties, or spread
-          Padded<TestType> x(V::tile * ssr::CpuTuning::padded(n));
-          V::load_tile(s.data(), stride, rows, n, x.data);
-          for (index_t q = 0; q < V::tile; ++q)  // by columns; rows past `rows` repeat the last
-            for (index_t j = 0; j < n; ++j)
-              REQUIRE(x.data[j * V::tile + q] == s[static_cast<std::size_t>(std::min(q, rows - 1) * stride + j)]);
+          Padded<TestType> x(V::group_rows * n);
+          for (index_t i0 = 0; i0 < rows; i0 += V::tile) {
+            const index_t in_tile = std::min<index_t>(V::tile, rows - i0);
+            V::load_tile(s.data() + i0 * stride, stride, in_tile, n, x.data + i0 * n);
+            for (index_t q = 0; q < V::tile; ++q)  // by columns; rows past the tile's last repeat it
+              for (index_t j = 0; j < n; ++j)
+                REQUIRE(x.data[i0 * n + j * V::tile + q] ==
+                        s[static_cast<std::size_t>((i0 + std::min(q, in_tile - 1)) * stride + j)]);
+          }
           std::vector<std::int32_t> experts(static_cast<std::size_t>(rows * k), -1), want(static_cast<std::size_t>(k));
           std::vector<TestType> weights(static_cast<std::size_t>(rows * k), TestType(-1));
-          REQUIRE(V::topk_tile_weights(ssr::Weights::scores, x.data, n, k, rows, {experts.data(), rows, k},
-                                       {weights.data(), rows, k}));
+          REQUIRE(V::topk_tiles_weights(ssr::Weights::scores, x.data, n, nullptr, k, rows, {experts.data(), rows, k},
+                                        {weights.data(), rows, k}));
           for (index_t i = 0; i < rows; ++i) {
             const TestType* row = s.data() + i * stride;
             ssr::math::topk(n, k, want.data(), [row](index_t j) { return row[j]; });
-            INFO("n " << n << " k " << k << " row " << i);
+            INFO("n " << n << " k " << k << " rows " << rows << " row " << i);
             for (int r = 0; r < k; ++r) REQUIRE(experts[static_cast<std::size_t>(i * k + r)] == want[r]);
             ssr::math::score_weights(
                 ssr::Score::softmax, k, [&](int r) { return row[want[r]]; },
@@ -232,39 +238,48 @@ TEST_CASE("a tile with a non-finite logit is left to the caller", "[simd]") {
     V::load_tile(s.data(), n, V::tile, n, x.data);
     std::vector<std::int32_t> experts(static_cast<std::size_t>(V::tile * 2));
     std::vector<float> weights(static_cast<std::size_t>(V::tile * 2));
-    REQUIRE_FALSE(V::topk_tile_weights(ssr::Weights::scores, x.data, n, 2, V::tile, {experts.data(), V::tile, 2},
-                                       {weights.data(), V::tile, 2}));
+    REQUIRE_FALSE(V::topk_tiles_weights(ssr::Weights::scores, x.data, n, nullptr, 2, V::tile,
+                                        {experts.data(), V::tile, 2}, {weights.data(), V::tile, 2}));
   }
 }
 
-TEMPLATE_TEST_CASE("a tile's plan weights are math::normalised_weights, bit for bit", "[simd]", float, double) {
+TEMPLATE_TEST_CASE("a group of tiles' plan weights are math::normalised_weights, bit for bit", "[simd]", float,
+                   double) {
   using V = ssr::cpu::Simd<TestType>;
   std::mt19937 gen(5);
   std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::uniform_int_distribution<int> small(0, 3);
+  Padded<TestType> x(V::group_rows * 21);  // Q's tiles; the top-k takes t = Q * v
   for (index_t n : {3, 8, 16, 21}) {
-    const index_t np = ssr::CpuTuning::padded(n), rows = 6;
-    std::vector<TestType> q(static_cast<std::size_t>(rows * np), TestType(0)), v(static_cast<std::size_t>(np));
-    for (index_t j = 0; j < n; ++j) v[j] = static_cast<TestType>(0.5 + u(gen));
-    for (index_t i = 0; i < rows; ++i)
-      for (index_t j = 0; j < n; ++j) q[static_cast<std::size_t>(i * np + j)] = static_cast<TestType>(u(gen));
-    Padded<TestType> by_columns(V::tile * n), x(V::tile * n);
-    V::load_tile(q.data(), np, rows, n, by_columns.data);
-    V::scale_tile(by_columns.data, v.data(), n, x.data);
-    for (int k = 1; k <= std::min<int>(V::tile_k, static_cast<int>(n)); ++k) {
-      std::vector<std::int32_t> experts(static_cast<std::size_t>(rows * k)), want(static_cast<std::size_t>(k));
-      std::vector<TestType> weights(static_cast<std::size_t>(rows * k));
-      REQUIRE(V::topk_tile_weights(ssr::Weights::plan, x.data, n, k, rows, {experts.data(), rows, k},
-                                   {weights.data(), rows, k}));
-      for (index_t i = 0; i < rows; ++i) {
-        std::vector<TestType> t(static_cast<std::size_t>(n));
-        for (index_t j = 0; j < n; ++j) t[j] = q[static_cast<std::size_t>(i * np + j)] * v[j];  // a row's t = Q v
-        ssr::math::topk(n, k, want.data(), [&](index_t j) { return t[j]; });
-        for (int r = 0; r < k; ++r) REQUIRE(experts[static_cast<std::size_t>(i * k + r)] == want[r]);
-        ssr::math::normalised_weights(
-            k, [&](int r) { return t[want[r]]; },
-            [&](int r, double w) {
-              REQUIRE(weights[static_cast<std::size_t>(i * k + r)] == static_cast<TestType>(w));
-            });
+    for (index_t rows : {index_t{6}, index_t{19}, V::group_rows}) {
+      for (bool ties : {false, true}) {
+        const index_t np = ssr::CpuTuning::padded(n);
+        std::vector<TestType> q(static_cast<std::size_t>(rows * np), TestType(0)), v(static_cast<std::size_t>(np));
+        for (index_t j = 0; j < n; ++j) v[j] = static_cast<TestType>(ties ? 1.0 : 0.5 + u(gen));
+        for (index_t i = 0; i < rows; ++i)
+          for (index_t j = 0; j < n; ++j)
+            q[static_cast<std::size_t>(i * np + j)] = static_cast<TestType>(ties ? small(gen) / 4.0 : u(gen));
+        for (index_t i0 = 0; i0 < rows; i0 += V::tile)
+          V::load_tile(q.data() + i0 * np, np, std::min<index_t>(V::tile, rows - i0), n, x.data + i0 * n);
+        for (int k = 1; k <= std::min<int>(V::tile_k, static_cast<int>(n)); ++k) {
+          std::vector<std::int32_t> experts(static_cast<std::size_t>(rows * k)), want(static_cast<std::size_t>(k));
+          std::vector<TestType> weights(static_cast<std::size_t>(rows * k));
+          std::vector<TestType> t(static_cast<std::size_t>(n));
+          REQUIRE(V::topk_tiles_weights(ssr::Weights::plan, x.data, n, v.data(), k, rows, {experts.data(), rows, k},
+                                        {weights.data(), rows, k}));
+          for (index_t i = 0; i < rows; ++i) {
+            for (index_t j = 0; j < n; ++j) t[j] = q[static_cast<std::size_t>(i * np + j)] * v[j];  // a row's t = Q v
+            ssr::math::topk(n, k, want.data(), [&](index_t j) { return t[j]; });
+            INFO("n " << n << " rows " << rows << " k " << k << " row " << i);
+            for (int r = 0; r < k; ++r) REQUIRE(experts[static_cast<std::size_t>(i * k + r)] == want[r]);
+            if (std::all_of(t.begin(), t.end(), [](TestType e) { return e == 0; })) continue;  // weights 0 / 0
+            ssr::math::normalised_weights(
+                k, [&](int r) { return t[want[r]]; },
+                [&](int r, double w) {
+                  REQUIRE(weights[static_cast<std::size_t>(i * k + r)] == static_cast<TestType>(w));
+                });
+          }
+        }
       }
     }
   }

@@ -96,18 +96,15 @@ class CpuBackend {
     index_t first = std::numeric_limits<index_t>::max();
     const index_t m = s.rows, n = s.cols, rows = std::max<index_t>(1, CpuTuning::block_elements / n);
     const index_t blocks = (m + rows - 1) / rows;
-    using Values = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
-    // math::is_finite over many values at once: (x - x) sums to 0 exactly when every x is finite.
-    const auto finite = [](const Values& x) { return (x - x).sum() == T(0); };  // NOLINT(misc-redundant-expression)
     detail::parallel(threads_for(m * n, CpuTuning::check_parallel_min_elements), [&] {
       index_t mine = std::numeric_limits<index_t>::max();
       SSR_OMP(for schedule(static) nowait)
       for (index_t blk = 0; blk < blocks; ++blk) {
         const index_t i0 = blk * rows, i1 = std::min(m, i0 + rows);
-        if (s.stride == n && finite(Values(s.row(i0), 1, (i1 - i0) * n))) continue;  // the block at once
+        if (s.stride == n && cpu::Simd<T>::all_finite(s.row(i0), (i1 - i0) * n)) continue;  // the block at once
         for (index_t i = i0; i < i1 && mine == std::numeric_limits<index_t>::max(); ++i) {
           const T* row = s.row(i);
-          if (finite(Values(row, 1, n))) continue;
+          if (cpu::Simd<T>::all_finite(row, n)) continue;
           for (index_t j = 0; j < n; ++j) {
             if (!math::is_finite(row[j])) {
               mine = std::min(mine, i * n + j);
@@ -161,7 +158,7 @@ class CpuBackend {
       l.sinkhorn = cpu::Sinkhorn<T>::layout(c, m, n, nt);
     } else {
       l.xbuf = c.take<double>(static_cast<std::size_t>(2 * n * nt));
-      l.rows = c.take<T>(static_cast<std::size_t>(cpu::Simd<T>::tile * CpuTuning::padded(n) * nt));
+      l.rows = c.take<T>(static_cast<std::size_t>(cpu::Simd<T>::group_rows * CpuTuning::padded(n) * nt));
     }
     return l;
   }
@@ -211,15 +208,16 @@ class CpuBackend {
       detail::parallel_for(threads_for(m * n), m, route_row);
       return;
     }
-    // Plain softmax top-k, the common call: tiles of rows copied by columns, routed together.
-    const index_t tiles = (m + V::tile - 1) / V::tile;
-    detail::parallel_for(threads_for(m * n), tiles, [&](index_t t) {
-      T* x = buffers.rows + V::tile * CpuTuning::padded(n) * detail::thread_id();  // aligned
-      const index_t i0 = t * V::tile, rows = std::min<index_t>(V::tile, m - i0);
-      V::load_tile(s.row(i0), s.stride, rows, n, x);  // a last, partial tile repeats its last row
+    // Plain softmax top-k, the common call: groups of tiles of rows copied by columns, routed together.
+    const index_t groups = (m + V::group_rows - 1) / V::group_rows;
+    detail::parallel_for(threads_for(m * n), groups, [&](index_t grp) {
+      T* x = buffers.rows + V::group_rows * CpuTuning::padded(n) * detail::thread_id();  // aligned
+      const index_t i0 = grp * V::group_rows, rows = std::min(V::group_rows, m - i0);
+      for (index_t i = i0; i < i0 + rows; i += V::tile)  // a last, partial tile repeats its last row
+        V::load_tile(s.row(i), s.stride, std::min<index_t>(V::tile, i0 + rows - i), n, x + (i - i0) * n);
       const MatrixView<std::int32_t> experts(out.experts.row(i0), rows, k, out.experts.stride);
       const MatrixView<T> weights(out.weights.row(i0), rows, k, out.weights.stride);
-      if (!V::topk_tile_weights(Weights::scores, x, n, k, rows, experts, weights)) {
+      if (!V::topk_tiles_weights(Weights::scores, x, n, nullptr, k, rows, experts, weights)) {
         for (index_t q = 0; q < rows; ++q) route_row(i0 + q);
         return;
       }

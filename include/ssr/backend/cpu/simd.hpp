@@ -3,7 +3,7 @@
 // mirrors one scalar definition, and tests/test_cpu_simd.cpp holds it to that definition:
 //   kernel_row  = math::cost_row + math::kernel_row, bit for bit;
 //   topk_row    = math::topk, the same experts in the same order;
-//   topk_tile   = math::topk over a tile of rows; topk_tile_weights adds math::normalised_weights (bit
+//   topk_tiles  = math::topk over tiles of rows; topk_tiles_weights adds math::normalised_weights (bit
 //                 for bit) or math::score_weights (softmax scores, within 3 ulps);
 //   exp_row     = std::exp within 2 float ulps (float), Eigen's exp (double);
 //   float_kernel_tile = kernel_row (where float_kernel holds) of each row of a tile, bit for bit;
@@ -51,41 +51,70 @@ struct Simd {
   // is read as -88, so no conversion is undefined. Doubles: Eigen's exp.
   static void exp_row(const T* in, T* out, index_t np) {
     if constexpr (std::is_same<T, float>::value) {
-      namespace pk = Eigen::internal;
-      using P = Packet;
-      const auto k = [](float value) { return pk::pset1<P>(value); };
-      for (index_t c = 0; c < np; c += lanes) {
-        // pmax follows std::max: max(-88, NaN) is -88.
-        const P x = pk::pmin(pk::pmax(k(-88.0f), pk::pload<P>(in + c)), k(88.0f));
-        const P kf = pk::psub(pk::pmadd(x, k(1.44269504088896341f), k(12582912.0f)), k(12582912.0f));  // round(x / ln2)
-        const P r = pk::psub(pk::psub(x, pk::pmul(kf, k(0.693359375f))), pk::pmul(kf, k(-2.12194440e-4f)));
-        P y = pk::pmadd(r, k(1.9875691500e-4f), k(1.3981999507e-3f));
-        y = pk::pmadd(y, r, k(8.3334519073e-3f));
-        y = pk::pmadd(y, r, k(4.1665795894e-2f));
-        y = pk::pmadd(y, r, k(1.6666665459e-1f));
-        y = pk::pmadd(y, r, k(5.0000001201e-1f));
-        const P p = pk::padd(pk::padd(pk::pmul(pk::pmul(y, r), r), r), k(1.0f));
-        pk::pstore(out + c, pk::pmul(p, power_of_two(kf)));
-      }
+      // The widest packets first (AVX-512: 16 floats), then the chunks they leave: the same operations
+      // on every lane, so the same bits whatever the packet.
+      using Wide = typename Eigen::internal::packet_traits<T>::type;
+      constexpr index_t wide = Eigen::internal::packet_traits<T>::size;
+      index_t c = 0;
+      for (; c + wide <= np; c += wide) exp_packet<Wide>(in + c, out + c);
+      for (; c < np; c += lanes) exp_packet<Packet>(in + c, out + c);
     } else {
       for (index_t c = 0; c < np; c += W) At<Chunk>(out + c) = At<const Chunk>(in + c).exp();
     }
   }
 
+  // exp_row's float formula on one packet (unaligned loads and stores: rows are aligned to 32 bytes only).
+  template <class P>
+  static void exp_packet(const float* in, float* out) {
+    namespace pk = Eigen::internal;
+    const auto k = [](float value) { return pk::pset1<P>(value); };
+    // pmax follows std::max: max(-88, NaN) is -88.
+    const P x = pk::pmin(pk::pmax(k(-88.0f), pk::ploadu<P>(in)), k(88.0f));
+    const P kf = pk::psub(pk::pmadd(x, k(1.44269504088896341f), k(12582912.0f)), k(12582912.0f));  // round(x / ln2)
+    const P r = pk::psub(pk::psub(x, pk::pmul(kf, k(0.693359375f))), pk::pmul(kf, k(-2.12194440e-4f)));
+    P y = pk::pmadd(r, k(1.9875691500e-4f), k(1.3981999507e-3f));
+    y = pk::pmadd(y, r, k(8.3334519073e-3f));
+    y = pk::pmadd(y, r, k(4.1665795894e-2f));
+    y = pk::pmadd(y, r, k(1.6666665459e-1f));
+    y = pk::pmadd(y, r, k(5.0000001201e-1f));
+    const P p = pk::padd(pk::padd(pk::pmul(pk::pmul(y, r), r), r), k(1.0f));
+    pk::pstoreu(out, pk::pmul(p, power_of_two(kf)));
+  }
+
   // 2^k for whole k in [-127, 127], put in the exponent bits (0 for k = -127); packets of floats, or one
   // float where the build has no vector unit Eigen knows.
-  static Packet power_of_two(const Packet& k) {
+  template <class P>
+  static P power_of_two(const P& k) {
     namespace pk = Eigen::internal;
-    if constexpr (lanes > 1) {
-      using Bits = typename pk::unpacket_traits<Packet>::integer_packet;
-      return pk::preinterpret<Packet>(
-          pk::plogical_shift_left<23>(pk::padd(pk::pcast<Packet, Bits>(k), pk::pset1<Bits>(127))));
+    if constexpr (pk::unpacket_traits<P>::size > 1) {
+      using Bits = typename pk::unpacket_traits<P>::integer_packet;
+      return pk::preinterpret<P>(pk::plogical_shift_left<23>(pk::padd(pk::pcast<P, Bits>(k), pk::pset1<Bits>(127))));
     } else {
       const auto bits = static_cast<std::uint32_t>(static_cast<std::int32_t>(k) + 127) << 23;
       float value = 0;
       std::memcpy(&value, &bits, sizeof value);
       return value;
     }
+  }
+
+  // math::is_finite of every one of `count` values lying anywhere: x - x is +0 exactly where x is finite
+  // and NaN elsewhere, so the sum is 0 exactly when every x is. Four sums in the widest packets, so that
+  // the additions' latency overlaps.
+  static bool all_finite(const T* x, index_t count) {
+    namespace pk = Eigen::internal;
+    using P = typename pk::packet_traits<T>::type;  // the widest
+    constexpr index_t L = pk::packet_traits<T>::size;
+    P sum[4];
+    for (auto& e : sum) e = pk::pset1<P>(T(0));
+    index_t c = 0;
+    for (; c + 4 * L <= count; c += 4 * L)
+      for (int a = 0; a < 4; ++a) {
+        const P e = pk::ploadu<P>(x + c + a * L);
+        sum[a] = pk::padd(sum[a], pk::psub(e, e));
+      }
+    T rest = pk::predux(pk::padd(pk::padd(sum[0], sum[1]), pk::padd(sum[2], sum[3])));
+    for (; c < count; ++c) rest += x[c] - x[c];  // NOLINT(misc-redundant-expression)
+    return rest == T(0);
   }
 
   // Whether v is a normal power of two (no mantissa bits), so that multiplying by it is exact.
@@ -243,86 +272,126 @@ struct Simd {
       for (int q = 0; q < tile; ++q) x[j * tile + q] = row[q][j];
   }
 
-  // Top-k (k <= tile_k) of a tile of rows held by columns, x[j * tile + q] being row q's value of expert j:
-  // value[r][q] and index[r][q] (as T) are row q's r-th largest value and its expert, in math::topk's
-  // order. Every lane of a packet is a row, so the work is vertical: expert j is inserted into each row's
-  // sorted list where it is strictly greater (ties to the lower index); a column no row takes costs one
-  // comparison. Returns false where a row's chosen values are not all finite (NaN or infinities in an
-  // unchecked call).
+  // Tiles routed together by topk_tiles_weights: a group of `group` tiles held one after another, each of
+  // n columns by `tile` rows.
+  static constexpr int group = 4;
+  static constexpr index_t group_rows = index_t{group} * tile;
+
+  // Tiles whose top-k runs at once for a given k: each packet of rows is an independent chain of updates,
+  // so several chains hide the latency of one; fewer for larger k, whose lists fill the registers.
   template <int K>
-  static bool topk_tile(const T* x, index_t n, T (&value)[K][tile], T (&index)[K][tile]) {
+  static constexpr int tiles_at_once() {
+    constexpr int per = tile / Eigen::internal::unpacket_traits<TilePacket>::size;  // packets per column
+    constexpr int chains = K <= 1 ? 8 : K <= 2 ? 4 : K <= 4 ? 2 : 1;
+    return std::min(group, std::max(1, chains / per));
+  }
+
+  // Top-k (k <= tile_k) of G tiles of rows held by columns, x[g][j * tile + q] being row q's value of expert
+  // j in tile g, times v[j] where Scaled: value[r][g * tile + q] and index[r][...] (as T) are the row's
+  // r-th largest value and its expert, in math::topk's order. Every lane of a packet is a row, so the work
+  // is vertical and branch-free: expert j enters each row's sorted list where it is strictly greater (ties
+  // to the lower index), the values through max and min in std::max's argument order, so that a NaN enters
+  // no list (max(b, NaN) is b). Returns false where a row's chosen values are not all finite (NaN or
+  // infinities in an unchecked call, or a row of NaN).
+  template <int K, int G, bool Scaled>
+  static bool topk_tiles(const T* const (&x)[G], index_t n, const T* v, T (&value)[K][G * tile],
+                         T (&index)[K][G * tile]) {
     namespace pk = Eigen::internal;
     using P = TilePacket;
-    constexpr int L = pk::unpacket_traits<P>::size, per = tile / L;  // packets per column
+    constexpr int L = pk::unpacket_traits<P>::size, per = tile / L, C = G * per;  // C chains
     if (n > exact_index) return false;
-    const P none = pk::pset1<P>(-std::numeric_limits<T>::infinity()), unset = pk::pset1<P>(T(-1));
-    P best[K][per], at[K][per];
+    const P none = pk::pset1<P>(-std::numeric_limits<T>::infinity()), unset = pk::pset1<P>(T(-1)),
+            one = pk::pset1<P>(T(1));
+    P best[K][C], at[K][C];
     for (int r = 0; r < K; ++r)
-      for (int h = 0; h < per; ++h) best[r][h] = none, at[r][h] = unset;
-    for (index_t j = 0; j < n; ++j) {
-      const P here = pk::pset1<P>(static_cast<T>(j));
-      for (int h = 0; h < per; ++h) {
-        const P v = pk::pload<P>(x + j * tile + h * L);
+      for (int c = 0; c < C; ++c) best[r][c] = none, at[r][c] = unset;
+    P here = pk::pzero(none);
+    for (index_t j = 0; j < n; ++j, here = pk::padd(here, one)) {
+      for (int c = 0; c < C; ++c) {
+        P e = pk::pload<P>(x[c / per] + j * tile + c % per * L);
+        if constexpr (Scaled) e = pk::pmul(e, pk::pset1<P>(v[j]));
         P above[K];
-        above[K - 1] = pk::pcmp_lt(best[K - 1][h], v);
-        if (!pk::predux_any(above[K - 1])) continue;  // the common case once the lists fill: no row takes it
-        for (int r = 0; r < K - 1; ++r) above[r] = pk::pcmp_lt(best[r][h], v);
+        for (int r = 0; r < K; ++r) above[r] = pk::pcmp_lt(best[r][c], e);
         for (int r = K - 1; r > 0; --r) {
-          best[r][h] = pk::pselect(above[r - 1], best[r - 1][h], pk::pselect(above[r], v, best[r][h]));
-          at[r][h] = pk::pselect(above[r - 1], at[r - 1][h], pk::pselect(above[r], here, at[r][h]));
+          best[r][c] = pk::pmax(best[r][c], pk::pmin(e, best[r - 1][c]));
+          at[r][c] = pk::pselect(above[r - 1], at[r - 1][c], pk::pselect(above[r], here, at[r][c]));
         }
-        best[0][h] = pk::pselect(above[0], v, best[0][h]);
-        at[0][h] = pk::pselect(above[0], here, at[0][h]);
+        best[0][c] = pk::pmax(best[0][c], e);
+        at[0][c] = pk::pselect(above[0], here, at[0][c]);
       }
     }
     P finite = pk::ptrue(none);  // math::is_finite of every chosen value, and every list full
     for (int r = 0; r < K; ++r)
-      for (int h = 0; h < per; ++h) {
-        finite = pk::pand(finite, pk::pcmp_eq(pk::psub(best[r][h], best[r][h]), pk::pzero(none)));
-        finite = pk::pand(finite, pk::pcmp_le(pk::pzero(none), at[r][h]));
-        pk::pstore(value[r] + h * L, best[r][h]);
-        pk::pstore(index[r] + h * L, at[r][h]);
+      for (int c = 0; c < C; ++c) {
+        finite = pk::pand(finite, pk::pcmp_eq(pk::psub(best[r][c], best[r][c]), pk::pzero(none)));
+        finite = pk::pand(finite, pk::pcmp_le(pk::pzero(none), at[r][c]));
+        pk::pstore(value[r] + c * L, best[r][c]);
+        pk::pstore(index[r] + c * L, at[r][c]);
       }
     return !pk::predux_any(pk::pcmp_eq(finite, pk::pzero(none)));  // no lane false
   }
 
-  // Top-k of a tile by columns (topk_tile) and the weights of the first `rows` rows into experts(q, r) and
-  // weights(q, r), for k <= tile_k (k at compile time, so the lists stay in registers). Weights::scores: the
-  // tile holds logits, the weights are math::score_weights (softmax scores) with exp_row (within 2 ulps
-  // of std::exp: the weights within 3 ulps of T; the largest term is exp(0) = 1). Weights::plan: the tile
-  // holds plan values, the weights are math::normalised_weights, bit for bit. Returns false, its outputs
-  // undefined, where topk_tile does: the caller then routes that tile row by row.
+  // Top-k of a group of tiles by columns (topk_tiles; x holds ceil(rows / tile) tiles one after another)
+  // and the weights of its first `rows` rows (at most group_rows) into experts(i, r) and weights(i, r), for
+  // k <= tile_k (k at compile time, so the lists stay in registers). Weights::scores: the tiles hold
+  // logits, the weights are math::score_weights (softmax scores) with exp_row (within 2 ulps of std::exp:
+  // the weights within 3 ulps of T; the largest term is exp(0) = 1). Weights::plan: the tiles hold Q and
+  // the values are t = Q_ij * v_j, the plan up to each row's scale; the weights are
+  // math::normalised_weights, bit for bit. Returns false, its outputs undefined, where topk_tiles does: the
+  // caller then routes that group row by row.
   template <int K = 1>
-  static bool topk_tile_weights(Weights form, const T* x, index_t n, int k, index_t rows,
-                                MatrixView<std::int32_t> experts, MatrixView<T> weights) {
-    if (k == K) return topk_tile_weights<K>(form, x, n, rows, experts, weights);
+  static bool topk_tiles_weights(Weights form, const T* x, index_t n, const T* v, int k, index_t rows,
+                                 MatrixView<std::int32_t> experts, MatrixView<T> weights) {
+    if (k == K) return topk_tiles_weights<K>(form, x, n, v, rows, experts, weights);
     if constexpr (K < tile_k) {
-      return topk_tile_weights<K + 1>(form, x, n, k, rows, experts, weights);
+      return topk_tiles_weights<K + 1>(form, x, n, v, k, rows, experts, weights);
     } else {
       return false;
     }
   }
 
   template <int K>
-  static bool topk_tile_weights(Weights form, const T* x, index_t n, index_t rows, MatrixView<std::int32_t> experts,
-                                MatrixView<T> weights) {
-    alignas(64) T value[K][tile], index[K][tile];
-    if (!topk_tile<K>(x, n, value, index)) return false;
+  static bool topk_tiles_weights(Weights form, const T* x, index_t n, const T* v, index_t rows,
+                                 MatrixView<std::int32_t> experts, MatrixView<T> weights) {
+    constexpr int G = tiles_at_once<K>();
+    const index_t count = (rows + tile - 1) / tile;
+    alignas(64) T value[K][G * tile], index[K][G * tile];
+    for (index_t g0 = 0; g0 < count; g0 += G) {
+      const T* tiles[G];
+      for (int g = 0; g < G; ++g) tiles[g] = x + std::min<index_t>(g0 + g, count - 1) * n * tile;  // repeats the last
+      const bool found = v ? topk_tiles<K, G, true>(tiles, n, v, value, index)
+                           : topk_tiles<K, G, false>(tiles, n, nullptr, value, index);
+      if (!found) return false;
+      for (index_t g = 0; g < G && g0 + g < count; ++g) {
+        const index_t i0 = (g0 + g) * tile, in_tile = std::min<index_t>(tile, rows - i0);
+        tile_weights<K, G>(form, value, index, g * tile, in_tile,
+                           MatrixView<std::int32_t>(experts.row(i0), in_tile, K, experts.stride),
+                           MatrixView<T>(weights.row(i0), in_tile, K, weights.stride));
+      }
+    }
+    return true;
+  }
+
+  // The experts and weights of one tile's `rows` rows from topk_tiles' lists, the tile's lanes starting at
+  // `lane`.
+  template <int K, int G>
+  static void tile_weights(Weights form, const T (&value)[K][G * tile], const T (&index)[K][G * tile], index_t lane,
+                           index_t rows, MatrixView<std::int32_t> experts, MatrixView<T> weights) {
     for (index_t q = 0; q < rows; ++q)
-      for (int r = 0; r < K; ++r) experts(q, r) = static_cast<std::int32_t>(index[r][q]);
+      for (int r = 0; r < K; ++r) experts(q, r) = static_cast<std::int32_t>(index[r][lane + q]);
     using Doubles = Eigen::Array<double, tile, 1>;  // one value per row: whole packets
     Doubles part[K];
     if (form == Weights::plan) {  // math::normalised_weights, row by row in the same order
       Doubles sum = Doubles::Zero();
       for (int r = 0; r < K; ++r) {
-        for (int q = 0; q < tile; ++q) part[r][q] = static_cast<double>(value[r][q]);
+        for (int q = 0; q < tile; ++q) part[r][q] = static_cast<double>(value[r][lane + q]);
         sum += part[r];
       }
       for (int r = 0; r < K; ++r) part[r] /= sum;
     } else {
       alignas(64) T term[K][tile];
       for (int r = 1; r < K; ++r) {
-        for (int q = 0; q < tile; ++q) term[r][q] = value[r][q] - value[0][q];
+        for (int q = 0; q < tile; ++q) term[r][q] = value[r][lane + q] - value[0][lane + q];
         exp_row(term[r], term[r], tile);
       }
       Doubles sum = Doubles::Ones();
@@ -335,7 +404,6 @@ struct Simd {
     }
     for (index_t q = 0; q < rows; ++q)
       for (int r = 0; r < K; ++r) weights(q, r) = static_cast<T>(part[r][q]);
-    return true;
   }
 
   // The CPU Sinkhorn keeps K and Q in tiles of `tile` rows by columns: element (i, j) at
@@ -348,13 +416,15 @@ struct Simd {
   using Column = Eigen::Array<T, tile, 1>;
 
   // kernel_row, where float_kernel holds, of every row of a tile by columns, in place (n columns):
-  // K_ij = clamp(clamp(S_ij - max S, +-bound) * scale, -bound, 0) with scale = 1 / xi.
+  // K_ij = max((S_ij - max S) * scale, -bound) with scale = 1 / xi. This is kernel_row's
+  // clamp(clamp(S_ij - max S, +-bound) * scale, -bound, 0): the difference d is at most 0, and where it
+  // is below -bound, so is d * scale (scale >= 1).
   static void float_kernel_tile(T* x, index_t n, T bound, T scale) {
     Column top = At<const Column>(x);
     for (index_t j = 1; j < n; ++j) top = top.max(At<const Column>(x + j * tile));
     for (index_t j = 0; j < n; ++j) {
       At<Column> k(x + j * tile);
-      k = ((k - top).max(-bound).min(bound) * scale).max(-bound).min(T(0));
+      k = ((k - top) * scale).max(-bound);
     }
   }
 
@@ -405,11 +475,6 @@ struct Simd {
       for (int c = 0; c < G; ++c) acc[c] += (At<const Column>(x + c * tile) * vc[c]) * w;
     }
     for (int c = 0; c < G; ++c) part[j0 + c] = acc[c].sum();
-  }
-
-  // out = x * v by columns (a tile's t = Q_i * v, the products of pass_tiles).
-  static void scale_tile(const T* x, const T* v, index_t n, T* out) {
-    for (index_t j = 0; j < n; ++j) At<Column>(out + j * tile) = At<const Column>(x + j * tile) * v[j];
   }
 
   // Row i of a matrix in tiles into a padded row (np elements; padding `pad`), times v where v is not null.

@@ -253,25 +253,25 @@ class Sinkhorn {
           for (index_t j = 0; j < n; ++j) p[j] = p_row[j] * inv;
         }
       };
-      // A tile at a time: t = Q * v by columns, then top-k and plan weights of the whole tile at once
-      // (V::topk_tile_weights, for k <= tile_k without the plan asked); rows it cannot take go through
+      // A group of tiles at a time: top-k of t = Q * v and plan weights of the whole group at once
+      // (V::topk_tiles_weights, for k <= tile_k without the plan asked); rows it cannot take go through
       // final_row.
       const bool by_tiles = spec.k <= V::tile_k && out.plan.empty();
+      const index_t groups = (tiles + V::group - 1) / V::group;
       SSR_OMP(for schedule(static))
-      for (index_t tl = 0; tl < tiles; ++tl) {
-        const index_t i0 = tl * tile, rows = rows_of(tl);
+      for (index_t grp = 0; grp < groups; ++grp) {
+        const index_t i0 = grp * V::group_rows, rows = std::min(V::group_rows, m - i0);
         bool tiled = false;
         if (by_tiles) {
-          V::scale_tile(q + tl * size, v, n, by_columns);
           const MatrixView<std::int32_t> experts(out.experts.row(i0), rows, spec.k, out.experts.stride);
           const MatrixView<T> weights(out.weights.row(i0), rows, spec.k, out.weights.stride);
-          tiled = V::topk_tile_weights(Weights::plan, by_columns, n, spec.k, rows, experts, weights);
+          tiled = V::topk_tiles_weights(Weights::plan, q + grp * V::group * size, n, v, spec.k, rows, experts, weights);
         }
         for (index_t i = i0; i < i0 + rows; ++i) {
           if (!tiled || !exact(i)) {
             final_row(i);
           } else if (spec.weights == Weights::scores) {
-            score_weights(i);  // over the plan weights the tile wrote
+            score_weights(i);  // over the plan weights the tiles wrote
           }
         }
       }
