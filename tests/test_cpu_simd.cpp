@@ -147,7 +147,8 @@ TEMPLATE_TEST_CASE("the scaled pass over tiles gives each row's sum and the plan
   using V = ssr::cpu::Simd<TestType>;
   std::mt19937 gen(3);
   std::uniform_real_distribution<double> u(0.0, 1.0);
-  for (index_t n : {1, 5, 8, 16, 19}) {
+  Padded<TestType> vt(V::tile * 19);  // v spread over a tile's columns
+  for (index_t n : {1, 2, 3, 5, 6, 8, 16, 19}) {  // every remainder of n mod 4, one pair or none
     for (index_t m : {1, 8, 13, 37}) {
       const index_t tiles = (m + V::tile - 1) / V::tile;
       Padded<TestType> q(tiles * V::tile * n), v(n), part(n), sum(tiles * V::tile);
@@ -157,7 +158,8 @@ TEMPLATE_TEST_CASE("the scaled pass over tiles gives each row's sum and the plan
         for (index_t j = 0; j < n; ++j)
           q.data[V::at_tile(i, j, n)] = dense[static_cast<std::size_t>(i * n + j)] = static_cast<TestType>(u(gen));
       for (index_t j = 0; j < n; ++j) v.data[j] = static_cast<TestType>(0.1 + u(gen) * 3);
-      V::pass_tiles(q.data, v.data, n, tiles, sum.data, part.data);
+      V::spread(v.data, n, vt.data);
+      V::pass_tiles(q.data, vt.data, n, tiles, sum.data, part.data);
       INFO("n " << n << " m " << m);
       for (index_t i = 0; i < m; ++i) {  // r_i = sum_j Q_ij v_j: columns j mod 4 apart, then (0 + 1) + (2 + 3)
         TestType r[4] = {0, 0, 0, 0};
@@ -172,7 +174,7 @@ TEMPLATE_TEST_CASE("the scaled pass over tiles gives each row's sum and the plan
       }
       // And a second call gives the same bits: nothing is carried over between calls.
       Padded<TestType> part_b(n), sum_b(tiles * V::tile);
-      V::pass_tiles(q.data, v.data, n, tiles, sum_b.data, part_b.data);
+      V::pass_tiles(q.data, vt.data, n, tiles, sum_b.data, part_b.data);
       REQUIRE(std::memcmp(part.data, part_b.data, sizeof(TestType) * static_cast<std::size_t>(n)) == 0);
     }
   }

@@ -52,7 +52,7 @@ class Sinkhorn {
  public:
   // The solve's buffers, laid out in a workspace.
   struct Buffers {
-    T *logk, *q, *v, *gt, *ht, *partial, *scratch, *tiles, *row_top, *row_sum;
+    T *logk, *q, *v, *vt, *gt, *ht, *partial, *scratch, *tiles, *row_top, *row_sum;
     double *g, *colsum, *xbuf;
     // Distributed solves: exact-sum limbs, and the log-domain columns' flags, maxima and sums.
     std::int64_t* limbs;
@@ -70,8 +70,9 @@ class Sinkhorn {
     b.logk = c.take<T>(mt * nz);  // K and Q in tiles by columns (Simd::at_tile)
     b.q = c.take<T>(mt * nz);
     b.v = c.take<T>(nz);
-    b.gt = c.take<T>(npz);  // g rounded to T: what both forms use; padded with zeros
-    b.ht = c.take<T>(nz);   // h, the absorbed part of g
+    b.vt = c.take<T>(static_cast<std::size_t>(V::tile) * nz);  // v spread over a tile's columns (Simd::spread)
+    b.gt = c.take<T>(npz);                                     // g rounded to T: what both forms use; padded with zeros
+    b.ht = c.take<T>(nz);                                      // h, the absorbed part of g
     b.partial = c.take<T>(static_cast<std::size_t>(blocks * n));
     b.scratch = c.take<T>(3 * npz * threads);                               // rows t, e and S per thread
     b.tiles = c.take<T>(static_cast<std::size_t>(V::tile) * nz * threads);  // a tile per thread
@@ -101,6 +102,7 @@ class Sinkhorn {
     std::fill(gt, gt + np, T(0));
     std::fill(ht, ht + n, T(0));
     std::fill(v, v + n, T(1));
+    V::spread(v, n, b.vt);
 
     const index_t rows_total = math::problem_rows(spec, m);
     const math::ColumnTarget target = math::column_target(rows_total, n);
@@ -128,7 +130,7 @@ class Sinkhorn {
       // One pass over the tiles of block blk, into the block's column sums.
       const auto pass = [&](index_t blk) {
         const auto [t0, t1] = block_tiles(blk);
-        V::pass_tiles(q + t0 * size, v, n, t1 - t0, row_sum + t0 * tile, partial + blk * n);
+        V::pass_tiles(q + t0 * size, b.vt, n, t1 - t0, row_sum + t0 * tile, partial + blk * n);
       };
 
       // K = cost / xi in tiles, padding rows -inf; Q = exp(K) (h = 0, c = 0); and with it the first pass.
@@ -300,6 +302,7 @@ class Sinkhorn {
     if (absorb) std::copy(b.gt, b.gt + n, b.ht);
     for (index_t j = 0; j < n; ++j)
       b.v[j] = static_cast<T>(std::exp(static_cast<double>(b.gt[j]) - static_cast<double>(b.ht[j])));
+    Simd<T>::spread(b.v, n, b.vt);
     return absorb;
   }
 
