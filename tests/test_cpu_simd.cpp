@@ -147,7 +147,7 @@ TEMPLATE_TEST_CASE("the scaled pass over tiles gives each row's sum and the plan
   using V = ssr::cpu::Simd<TestType>;
   std::mt19937 gen(3);
   std::uniform_real_distribution<double> u(0.0, 1.0);
-  Padded<TestType> vt(V::tile * 19);  // v spread over a tile's columns
+  Padded<TestType> vt(V::tile * 19);              // v spread over a tile's columns
   for (index_t n : {1, 2, 3, 5, 6, 8, 16, 19}) {  // every remainder of n mod 4, one pair or none
     for (index_t m : {1, 8, 13, 37}) {
       const index_t tiles = (m + V::tile - 1) / V::tile;
@@ -267,8 +267,11 @@ TEMPLATE_TEST_CASE("a group of tiles' plan weights are math::normalised_weights,
           std::vector<std::int32_t> experts(static_cast<std::size_t>(rows * k)), want(static_cast<std::size_t>(k));
           std::vector<TestType> weights(static_cast<std::size_t>(rows * k));
           std::vector<TestType> t(static_cast<std::size_t>(n));
+          // Q <= 1 here: a least value above every Q turns the group down, one at or below every Q does not.
+          REQUIRE_FALSE(V::topk_tiles_weights(ssr::Weights::plan, x.data, n, v.data(), k, rows,
+                                              {experts.data(), rows, k}, {weights.data(), rows, k}, TestType(1.5)));
           REQUIRE(V::topk_tiles_weights(ssr::Weights::plan, x.data, n, v.data(), k, rows, {experts.data(), rows, k},
-                                        {weights.data(), rows, k}));
+                                        {weights.data(), rows, k}, TestType(0)));
           for (index_t i = 0; i < rows; ++i) {
             for (index_t j = 0; j < n; ++j) t[j] = q[static_cast<std::size_t>(i * np + j)] * v[j];  // a row's t = Q v
             ssr::math::topk(n, k, want.data(), [&](index_t j) { return t[j]; });

@@ -337,14 +337,16 @@ struct Simd {
   // logits, the weights are math::score_weights (softmax scores) with exp_row (within 2 ulps of std::exp:
   // the weights within 3 ulps of T; the largest term is exp(0) = 1). Weights::plan: the tiles hold Q and
   // the values are t = Q_ij * v_j, the plan up to each row's scale; the weights are
-  // math::normalised_weights, bit for bit. Returns false, its outputs undefined, where topk_tiles does: the
-  // caller then routes that group row by row.
+  // math::normalised_weights, bit for bit. Returns false, its outputs undefined, where topk_tiles does or
+  // where an element chosen is below `least` (as held in the tiles, before v): the caller then routes that
+  // group row by row.
   template <int K = 1>
   static bool topk_tiles_weights(Weights form, const T* x, index_t n, const T* v, int k, index_t rows,
-                                 MatrixView<std::int32_t> experts, MatrixView<T> weights) {
-    if (k == K) return topk_tiles_weights<K>(form, x, n, v, rows, experts, weights);
+                                 MatrixView<std::int32_t> experts, MatrixView<T> weights,
+                                 T least = -std::numeric_limits<T>::infinity()) {
+    if (k == K) return topk_tiles_weights<K>(form, x, n, v, rows, experts, weights, least);
     if constexpr (K < tile_k) {
-      return topk_tiles_weights<K + 1>(form, x, n, v, k, rows, experts, weights);
+      return topk_tiles_weights<K + 1>(form, x, n, v, k, rows, experts, weights, least);
     } else {
       return false;
     }
@@ -352,7 +354,7 @@ struct Simd {
 
   template <int K>
   static bool topk_tiles_weights(Weights form, const T* x, index_t n, const T* v, index_t rows,
-                                 MatrixView<std::int32_t> experts, MatrixView<T> weights) {
+                                 MatrixView<std::int32_t> experts, MatrixView<T> weights, T least) {
     constexpr int G = tiles_at_once<K>();
     const index_t count = (rows + tile - 1) / tile;
     alignas(64) T value[K][G * tile], index[K][G * tile];
@@ -364,6 +366,9 @@ struct Simd {
       if (!found) return false;
       for (index_t g = 0; g < G && g0 + g < count; ++g) {
         const index_t i0 = (g0 + g) * tile, in_tile = std::min<index_t>(tile, rows - i0);
+        for (index_t q = 0; q < in_tile; ++q)
+          for (int r = 0; r < K; ++r)
+            if (!(tiles[g][static_cast<index_t>(index[r][g * tile + q]) * tile + q] >= least)) return false;
         tile_weights<K, G>(form, value, index, g * tile, in_tile,
                            MatrixView<std::int32_t>(experts.row(i0), in_tile, K, experts.stride),
                            MatrixView<T>(weights.row(i0), in_tile, K, weights.stride));

@@ -256,25 +256,21 @@ class Sinkhorn {
         }
       };
       // A group of tiles at a time: top-k of t = Q * v and plan weights of the whole group at once
-      // (V::topk_tiles_weights, for k <= tile_k without the plan asked); rows it cannot take go through
-      // final_row.
+      // (V::topk_tiles_weights, for k <= tile_k without the plan asked, where every chosen Q is at least
+      // tiny); the groups it cannot take go row by row through final_row.
       const bool by_tiles = spec.k <= V::tile_k && out.plan.empty();
       const index_t groups = (tiles + V::group - 1) / V::group;
       SSR_OMP(for schedule(static))
       for (index_t grp = 0; grp < groups; ++grp) {
         const index_t i0 = grp * V::group_rows, rows = std::min(V::group_rows, m - i0);
-        bool tiled = false;
-        if (by_tiles) {
-          const MatrixView<std::int32_t> experts(out.experts.row(i0), rows, spec.k, out.experts.stride);
-          const MatrixView<T> weights(out.weights.row(i0), rows, spec.k, out.weights.stride);
-          tiled = V::topk_tiles_weights(Weights::plan, q + grp * V::group * size, n, v, spec.k, rows, experts, weights);
-        }
-        for (index_t i = i0; i < i0 + rows; ++i) {
-          if (!tiled || !exact(i)) {
-            final_row(i);
-          } else if (spec.weights == Weights::scores) {
-            score_weights(i);  // over the plan weights the tiles wrote
-          }
+        const MatrixView<std::int32_t> experts(out.experts.row(i0), rows, spec.k, out.experts.stride);
+        const MatrixView<T> weights(out.weights.row(i0), rows, spec.k, out.weights.stride);
+        if (by_tiles && V::topk_tiles_weights(Weights::plan, q + grp * V::group * size, n, v, spec.k, rows, experts,
+                                              weights, tiny)) {
+          if (spec.weights == Weights::scores)
+            for (index_t i = i0; i < i0 + rows; ++i) score_weights(i);  // over the plan weights the tiles wrote
+        } else {
+          for (index_t i = i0; i < i0 + rows; ++i) final_row(i);
         }
       }
     });
