@@ -289,7 +289,8 @@ struct Simd {
   // Top-k (k <= tile_k) of G tiles of rows held by columns, x[g][j * tile + q] being row q's value of expert
   // j in tile g, times v[j] where Scaled: value[r][g * tile + q] and index[r][...] (as T) are the row's
   // r-th largest value and its expert, in math::topk's order. Every lane of a packet is a row, so the work
-  // is vertical and branch-free: expert j enters each row's sorted list where it is strictly greater (ties
+  // is vertical and, for k <= 4, branch-free (for longer lists a column no row takes skips their update,
+  // which leaves them as they were): expert j enters each row's sorted list where it is strictly greater (ties
   // to the lower index), the values through max and min in std::max's argument order, so that a NaN enters
   // no list (max(b, NaN) is b). Returns false where a row's chosen values are not all finite (NaN or
   // infinities in an unchecked call, or a row of NaN).
@@ -311,7 +312,10 @@ struct Simd {
         P e = pk::pload<P>(x[c / per] + j * tile + c % per * L);
         if constexpr (Scaled) e = pk::pmul(e, pk::pset1<P>(v[j]));
         P above[K];
-        for (int r = 0; r < K; ++r) above[r] = pk::pcmp_lt(best[r][c], e);
+        above[K - 1] = pk::pcmp_lt(best[K - 1][c], e);
+        if constexpr (K > 4)  // long lists: a column no row takes skips their update
+          if (!pk::predux_any(above[K - 1])) continue;
+        for (int r = 0; r < K - 1; ++r) above[r] = pk::pcmp_lt(best[r][c], e);
         for (int r = K - 1; r > 0; --r) {
           best[r][c] = pk::pmax(best[r][c], pk::pmin(e, best[r - 1][c]));
           at[r][c] = pk::pselect(above[r - 1], at[r - 1][c], pk::pselect(above[r], here, at[r][c]));
@@ -366,9 +370,10 @@ struct Simd {
       if (!found) return false;
       for (index_t g = 0; g < G && g0 + g < count; ++g) {
         const index_t i0 = (g0 + g) * tile, in_tile = std::min<index_t>(tile, rows - i0);
-        for (index_t q = 0; q < in_tile; ++q)
-          for (int r = 0; r < K; ++r)
-            if (!(tiles[g][static_cast<index_t>(index[r][g * tile + q]) * tile + q] >= least)) return false;
+        if (least > -std::numeric_limits<T>::infinity())
+          for (index_t q = 0; q < in_tile; ++q)
+            for (int r = 0; r < K; ++r)
+              if (!(tiles[g][static_cast<index_t>(index[r][g * tile + q]) * tile + q] >= least)) return false;
         tile_weights<K, G>(form, value, index, g * tile, in_tile,
                            MatrixView<std::int32_t>(experts.row(i0), in_tile, K, experts.stride),
                            MatrixView<T>(weights.row(i0), in_tile, K, weights.stride));
