@@ -438,8 +438,9 @@ struct Simd {
     }
   }
 
-  // Sets lanes [rows, tile) of every column of a tile by columns to value.
+  // Sets lanes [rows, tile) of every column of a tile by columns to value (nothing for a full tile).
   static void fill_lanes(T* x, index_t n, index_t rows, T value) {
+    if (rows >= tile) return;
     for (index_t j = 0; j < n; ++j) std::fill(x + j * tile + rows, x + (j + 1) * tile, value);
   }
 
