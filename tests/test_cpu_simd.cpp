@@ -142,6 +142,54 @@ TEST_CASE("the vector float exp is std::exp within 2 ulps, and 0 below its range
   for (index_t j = 0; j < 8; ++j) REQUIRE((out.data[j] >= 0 && out.data[j] < 1e-37f));
 }
 
+TEST_CASE("the float exp gives the same bits in every vector width and on every path", "[simd]") {
+  namespace fexp = ssr::cpu::fexp;
+  // Every value alone in four lanes (exp_tail) is the reference; rows of every length mod 16 through the
+  // build's own widths and through the path the processor takes (AVX2 in a baseline x86-64 build).
+  std::vector<float> in;
+  for (int j = 0; j <= 4000; ++j) in.push_back(-100.0f + 0.05f * static_cast<float>(j));
+  for (float special : {-std::numeric_limits<float>::infinity(), std::numeric_limits<float>::infinity(),
+                        std::numeric_limits<float>::quiet_NaN(), -88.0f, 88.0f, -87.34f, -0.0f, 1e-30f,
+                        std::nextafter(-88.0f, 0.0f), std::nextafter(88.0f, 100.0f)})
+    in.push_back(special);
+  std::mt19937 gen(7);
+  std::shuffle(in.begin(), in.end(), gen);  // every prefix spread over the range
+  std::vector<float> want(in.size()), got(in.size() + 1);
+  for (std::size_t j = 0; j < in.size(); ++j) fexp::exp_tail(&in[j], &want[j], 1);
+  const auto same_bits = [&](index_t count) {
+    for (index_t j = 0; j < count; ++j) {
+      INFO("x " << in[static_cast<std::size_t>(j)] << " count " << count);
+      REQUIRE(std::memcmp(&got[static_cast<std::size_t>(j)], &want[static_cast<std::size_t>(j)], sizeof(float)) == 0);
+    }
+    REQUIRE(got[static_cast<std::size_t>(count)] == -1.0f);  // nothing written past the end
+  };
+  std::vector<index_t> counts;  // short rows (the caller's own code) and long ones (the widest path)
+  for (index_t count = 1; count <= 80; ++count) counts.push_back(count);
+  for (index_t count = static_cast<index_t>(in.size()) - 16; count <= static_cast<index_t>(in.size()); ++count)
+    counts.push_back(count);
+  for (index_t count : counts) {
+    std::fill(got.begin(), got.end(), -1.0f);
+    fexp::exp_compiled(in.data(), got.data(), count);
+    same_bits(count);
+    std::fill(got.begin(), got.end(), -1.0f);
+    fexp::exp(in.data(), got.data(), count);
+    same_bits(count);
+  }
+#if defined(SSR_EXP_DISPATCH_AVX2)
+  if (fexp::has_avx2()) {
+    std::fill(got.begin(), got.end(), -1.0f);
+    fexp::exp_avx2(in.data(), got.data(), static_cast<index_t>(in.size()));
+    same_bits(static_cast<index_t>(in.size()));
+  } else {
+    WARN("this processor has no AVX2: the AVX2 path of the exp was not run");
+  }
+#endif
+  std::copy(in.begin(), in.end(), got.begin());  // in place
+  fexp::exp(got.data(), got.data(), static_cast<index_t>(in.size()));
+  got.back() = -1.0f;
+  same_bits(static_cast<index_t>(in.size()));
+}
+
 TEMPLATE_TEST_CASE("the scaled pass over tiles gives each row's sum and the plan's column sums", "[simd]", float,
                    double) {
   using V = ssr::cpu::Simd<TestType>;

@@ -19,6 +19,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "ssr/backend/cpu/exp.hpp"
 #include "ssr/backend/cpu/tuning.hpp"
 #include "ssr/math/cost.hpp"
 #include "ssr/math/numeric.hpp"
@@ -45,55 +46,13 @@ struct Simd {
   // Indices up to this are exact in T.
   static constexpr index_t exact_index = index_t{1} << std::numeric_limits<T>::digits;
 
-  // out = exp(in) for np elements, a multiple of W. Floats: Cody-Waite reduction to r in [-ln2/2, ln2/2]
-  // and a degree-7 polynomial (relative error below 1e-7), 2^k put in the exponent bits; inputs below -88
-  // (-inf included) give 0 or the subnormals just above it, never NaN; NaN (unchecked non-finite logits)
-  // is read as -88, so no conversion is undefined. Doubles: Eigen's exp.
+  // out = exp(in) for np elements, a multiple of W. Floats: fexp::exp (ssr/backend/cpu/exp.hpp); inputs
+  // below -88 (-inf included) give 0 or the subnormals just above it, never NaN. Doubles: Eigen's exp.
   static void exp_row(const T* in, T* out, index_t np) {
     if constexpr (std::is_same<T, float>::value) {
-      // The widest packets first (AVX-512: 16 floats), then the chunks they leave: the same operations
-      // on every lane, so the same bits whatever the packet.
-      using Wide = typename Eigen::internal::packet_traits<T>::type;
-      constexpr index_t wide = Eigen::internal::packet_traits<T>::size;
-      index_t c = 0;
-      for (; c + wide <= np; c += wide) exp_packet<Wide>(in + c, out + c);
-      for (; c < np; c += lanes) exp_packet<Packet>(in + c, out + c);
+      fexp::exp(in, out, np);
     } else {
       for (index_t c = 0; c < np; c += W) At<Chunk>(out + c) = At<const Chunk>(in + c).exp();
-    }
-  }
-
-  // exp_row's float formula on one packet (unaligned loads and stores: rows are aligned to 32 bytes only).
-  template <class P>
-  static void exp_packet(const float* in, float* out) {
-    namespace pk = Eigen::internal;
-    const auto k = [](float value) { return pk::pset1<P>(value); };
-    // pmax follows std::max: max(-88, NaN) is -88.
-    const P x = pk::pmin(pk::pmax(k(-88.0f), pk::ploadu<P>(in)), k(88.0f));
-    const P kf = pk::psub(pk::pmadd(x, k(1.44269504088896341f), k(12582912.0f)), k(12582912.0f));  // round(x / ln2)
-    const P r = pk::psub(pk::psub(x, pk::pmul(kf, k(0.693359375f))), pk::pmul(kf, k(-2.12194440e-4f)));
-    P y = pk::pmadd(r, k(1.9875691500e-4f), k(1.3981999507e-3f));
-    y = pk::pmadd(y, r, k(8.3334519073e-3f));
-    y = pk::pmadd(y, r, k(4.1665795894e-2f));
-    y = pk::pmadd(y, r, k(1.6666665459e-1f));
-    y = pk::pmadd(y, r, k(5.0000001201e-1f));
-    const P p = pk::padd(pk::padd(pk::pmul(pk::pmul(y, r), r), r), k(1.0f));
-    pk::pstoreu(out, pk::pmul(p, power_of_two(kf)));
-  }
-
-  // 2^k for whole k in [-127, 127], put in the exponent bits (0 for k = -127); packets of floats, or one
-  // float where the build has no vector unit Eigen knows.
-  template <class P>
-  static P power_of_two(const P& k) {
-    namespace pk = Eigen::internal;
-    if constexpr (pk::unpacket_traits<P>::size > 1) {
-      using Bits = typename pk::unpacket_traits<P>::integer_packet;
-      return pk::preinterpret<P>(pk::plogical_shift_left<23>(pk::padd(pk::pcast<P, Bits>(k), pk::pset1<Bits>(127))));
-    } else {
-      const auto bits = static_cast<std::uint32_t>(static_cast<std::int32_t>(k) + 127) << 23;
-      float value = 0;
-      std::memcpy(&value, &bits, sizeof value);
-      return value;
     }
   }
 

@@ -1,0 +1,138 @@
+// The CPU backend's float exp: one formula, written once over lanes, run in the widest vectors the build
+// has, and with AVX2 where a baseline x86-64 build (SSE2, 4 floats) runs on a processor that has it.
+//
+// The formula: x clamped to [-88, 88] (NaN read as -88, so no conversion is undefined), Cody-Waite
+// reduction to r in [-ln2/2, ln2/2] and a degree-7 polynomial (relative error below 1e-7), 2^k put in the
+// exponent bits; inputs below -88 (-inf included) give 0 or the subnormals just above it, never NaN.
+// Every lane takes the same operations in the same order, so the width changes no bit; the AVX2 path of
+// a baseline build has no FMA (AVX2 alone does not imply it), so it gives the baseline's bits.
+//
+// Lanes are GNU vectors (GCC, Clang: operators on whole vectors) of 4, 8 or 16 floats; the last values of a
+// row go through 4 lanes. A compiler without vector extensions takes std::exp instead.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "ssr/view.hpp"
+
+// Inlined into their callers, AVX2 ones included (whose vectors they then take in registers).
+#if defined(__GNUC__)
+#define SSR_VECTOR_EXTENSIONS 1
+#define SSR_LANES_INLINE __attribute__((always_inline)) inline
+#else
+#define SSR_LANES_INLINE inline
+#endif
+// A baseline x86-64 build: the AVX2 path, chosen at run time.
+#if defined(SSR_VECTOR_EXTENSIONS) && (defined(__x86_64__) || defined(__i386__)) && !defined(__AVX2__)
+#define SSR_EXP_DISPATCH_AVX2 1
+#endif
+
+namespace ssr {
+namespace cpu {
+namespace fexp {
+
+// The widest vector of floats the build compiles to one register: 16 (AVX-512), 8 (AVX), else 4 (SSE2,
+// NEON); 1 without vector extensions.
+#if !defined(SSR_VECTOR_EXTENSIONS)
+constexpr int widest = 1;
+#elif defined(__AVX512F__)
+constexpr int widest = 16;
+#elif defined(__AVX__)
+constexpr int widest = 8;
+#else
+constexpr int widest = 4;
+#endif
+
+// exp of L floats (L a power of two up to 16) from in to out, unaligned. The operations are on whole
+// vectors (no calls, so no vector crosses a function boundary in a build without its registers):
+// max(-88, x) and min(x, 88) in std::max's and std::min's order (a NaN x gives -88).
+template <int L>
+SSR_LANES_INLINE void exp_lanes(const float* in, float* out) {
+#if defined(SSR_VECTOR_EXTENSIONS)
+  // typedef: GCC drops a vector attribute from a dependent alias-declaration.
+  typedef float F __attribute__((vector_size(L * sizeof(float))));         // NOLINT(modernize-use-using)
+  typedef std::int32_t I __attribute__((vector_size(L * sizeof(float))));  // NOLINT(modernize-use-using)
+  F x;
+  std::memcpy(&x, in, sizeof x);
+  F lo = F{} - 88.0f, hi = F{} + 88.0f;
+#if !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
+  // GCC makes max and min instructions of these selects only where the bounds are not known constants
+  // (else three bit operations each, 20% of the exp's time); the empty statement hides them.
+  __asm__("" : "+v"(lo), "+v"(hi));
+#endif
+  x = lo < x ? x : lo;
+  x = hi < x ? hi : x;
+  // k = round(x / ln2): 1.5 * 2^23 + k is a float whose last bits are k (ulp 1 there).
+  const F shifted = x * 1.44269504088896341f + 12582912.0f;
+  const F kf = shifted - 12582912.0f;
+  const F r = (x - kf * 0.693359375f) - kf * -2.12194440e-4f;
+  F y = r * 1.9875691500e-4f + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  const F p = ((y * r) * r + r) + 1.0f;
+  // 2^k for whole k in [-127, 127]: k + 127 in the exponent bits (0 for k = -127; a cast between
+  // vectors keeps the bits).
+  const I two_k = ((I)shifted - (0x4b400000 - 127)) << 23;
+  const F result = p * (F)two_k;
+  std::memcpy(out, &result, sizeof result);
+#else
+  for (int l = 0; l < L; ++l) out[l] = std::exp(in[l]);
+#endif
+}
+
+// exp of the last count < 4 floats of a row, in 4 lanes.
+SSR_LANES_INLINE void exp_tail(const float* in, float* out, index_t count) {
+  if (count <= 0) return;
+  float lanes[4] = {};
+  std::memcpy(lanes, in, static_cast<std::size_t>(count) * sizeof(float));
+  exp_lanes<4>(lanes, lanes);
+  std::memcpy(out, lanes, static_cast<std::size_t>(count) * sizeof(float));
+}
+
+// exp of count floats in vectors of L floats, then 8 and 4, then exp_tail.
+template <int L>
+SSR_LANES_INLINE void exp_in_lanes(const float* in, float* out, index_t count) {
+  index_t c = 0;
+  for (; c + L <= count; c += L) exp_lanes<L>(in + c, out + c);
+  if constexpr (L > 8)
+    for (; c + 8 <= count; c += 8) exp_lanes<8>(in + c, out + c);
+  if constexpr (L > 4)
+    for (; c + 4 <= count; c += 4) exp_lanes<4>(in + c, out + c);
+  exp_tail(in + c, out + c, count - c);
+}
+
+// exp of count floats in the build's own vectors.
+inline void exp_compiled(const float* in, float* out, index_t count) { exp_in_lanes<widest>(in, out, count); }
+
+#if defined(SSR_EXP_DISPATCH_AVX2)
+// exp_compiled in 8-float AVX2 vectors, for a baseline build on a processor with AVX2.
+__attribute__((target("avx2"))) inline void exp_avx2(const float* in, float* out, index_t count) {
+  exp_in_lanes<8>(in, out, count);
+}
+
+// Whether this processor (and its operating system) runs AVX2; asked once.
+inline bool has_avx2() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return yes;
+}
+#endif
+
+// out = exp(in) for count floats (in == out allowed): the widest path this processor runs. Short rows
+// stay in the caller's own code: a call to the AVX2 path cost more than it saved on a tile's 8 floats.
+SSR_LANES_INLINE void exp(const float* in, float* out, index_t count) {
+#if defined(SSR_EXP_DISPATCH_AVX2)
+  if (count >= 64 && has_avx2()) return exp_avx2(in, out, count);
+#endif
+  exp_in_lanes<widest>(in, out, count);
+}
+
+}  // namespace fexp
+}  // namespace cpu
+}  // namespace ssr
