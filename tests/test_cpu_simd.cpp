@@ -175,8 +175,8 @@ TEST_CASE("the float exp gives the same bits in every vector width and on every 
     fexp::exp(in.data(), got.data(), count);
     same_bits(count);
   }
-#if defined(SSR_EXP_DISPATCH_AVX2)
-  if (fexp::has_avx2()) {
+#if defined(SSR_DISPATCH_AVX2)
+  if (ssr::cpu::lanes::has_avx2()) {
     std::fill(got.begin(), got.end(), -1.0f);
     fexp::exp_avx2(in.data(), got.data(), static_cast<index_t>(in.size()));
     same_bits(static_cast<index_t>(in.size()));

@@ -4,46 +4,23 @@
 // The formula: x clamped to [-88, 88] (NaN read as -88, so no conversion is undefined), Cody-Waite
 // reduction to r in [-ln2/2, ln2/2] and a degree-7 polynomial (relative error below 1e-7), 2^k put in the
 // exponent bits; inputs below -88 (-inf included) give 0 or the subnormals just above it, never NaN.
-// Every lane takes the same operations in the same order, so the width changes no bit; the AVX2 path of
-// a baseline build has no FMA (AVX2 alone does not imply it), so it gives the baseline's bits.
-//
-// Lanes are GNU vectors (GCC, Clang: operators on whole vectors) of 4, 8 or 16 floats; the last values of a
-// row go through 4 lanes. A compiler without vector extensions takes std::exp instead.
+// Lanes are GNU vectors (lanes.hpp) of 4, 8 or 16 floats, the same bits in every width and path; the last
+// values of a row go through 4 lanes. A compiler without vector extensions takes std::exp instead.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
+#include "ssr/backend/cpu/lanes.hpp"
 #include "ssr/view.hpp"
-
-// Inlined into their callers, AVX2 ones included (whose vectors they then take in registers).
-#if defined(__GNUC__)
-#define SSR_VECTOR_EXTENSIONS 1
-#define SSR_LANES_INLINE __attribute__((always_inline)) inline
-#else
-#define SSR_LANES_INLINE inline
-#endif
-// A baseline x86-64 build: the AVX2 path, chosen at run time.
-#if defined(SSR_VECTOR_EXTENSIONS) && (defined(__x86_64__) || defined(__i386__)) && !defined(__AVX2__)
-#define SSR_EXP_DISPATCH_AVX2 1
-#endif
 
 namespace ssr {
 namespace cpu {
 namespace fexp {
 
-// The widest vector of floats the build compiles to one register: 16 (AVX-512), 8 (AVX), else 4 (SSE2,
-// NEON); 1 without vector extensions.
-#if !defined(SSR_VECTOR_EXTENSIONS)
-constexpr int widest = 1;
-#elif defined(__AVX512F__)
-constexpr int widest = 16;
-#elif defined(__AVX__)
-constexpr int widest = 8;
-#else
-constexpr int widest = 4;
-#endif
+// Floats in the widest vector (1 without vector extensions).
+constexpr int widest = lanes::widest_bytes > 0 ? lanes::widest_bytes / 4 : 1;
 
 // exp of L floats (L a power of two up to 16) from in to out, unaligned. The operations are on whole
 // vectors (no calls, so no vector crosses a function boundary in a build without its registers):
@@ -108,27 +85,17 @@ SSR_LANES_INLINE void exp_in_lanes(const float* in, float* out, index_t count) {
 // exp of count floats in the build's own vectors.
 inline void exp_compiled(const float* in, float* out, index_t count) { exp_in_lanes<widest>(in, out, count); }
 
-#if defined(SSR_EXP_DISPATCH_AVX2)
+#if defined(SSR_DISPATCH_AVX2)
 // exp_compiled in 8-float AVX2 vectors, for a baseline build on a processor with AVX2.
-__attribute__((target("avx2"))) inline void exp_avx2(const float* in, float* out, index_t count) {
-  exp_in_lanes<8>(in, out, count);
-}
+SSR_TARGET_AVX2 inline void exp_avx2(const float* in, float* out, index_t count) { exp_in_lanes<8>(in, out, count); }
 
-// Whether this processor (and its operating system) runs AVX2; asked once.
-inline bool has_avx2() {
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-  }();
-  return yes;
-}
 #endif
 
 // out = exp(in) for count floats (in == out allowed): the widest path this processor runs. Short rows
 // stay in the caller's own code: a call to the AVX2 path cost more than it saved on a tile's 8 floats.
 SSR_LANES_INLINE void exp(const float* in, float* out, index_t count) {
-#if defined(SSR_EXP_DISPATCH_AVX2)
-  if (count >= 64 && has_avx2()) return exp_avx2(in, out, count);
+#if defined(SSR_DISPATCH_AVX2)
+  if (count >= 64 && lanes::has_avx2()) return exp_avx2(in, out, count);
 #endif
   exp_in_lanes<widest>(in, out, count);
 }

@@ -1,0 +1,52 @@
+// What the CPU backend's vector code written over GNU vectors (exp.hpp, pass.hpp) builds on: whether the
+// compiler has vector extensions, the widest vector the build compiles to one register, and the AVX2
+// path that a baseline x86-64 build (SSE2) takes at run time where the processor has it.
+//
+// Such code declares its vector types inside each function (a GNU vector type loses its attribute when
+// passed as a template argument, and one crossing a function boundary in a build without its registers
+// changes the ABI), and its functions are inlined into their callers (SSR_LANES_INLINE), the AVX2 ones
+// included. Every lane takes the same operations in the same order, so the width changes no bit; the AVX2
+// path has no FMA (AVX2 alone does not imply it), so it gives the baseline's bits.
+#pragma once
+
+#if defined(__GNUC__)
+#define SSR_VECTOR_EXTENSIONS 1
+#define SSR_LANES_INLINE __attribute__((always_inline)) inline
+#else
+#define SSR_LANES_INLINE inline
+#endif
+#if defined(SSR_VECTOR_EXTENSIONS) && (defined(__x86_64__) || defined(__i386__)) && !defined(__AVX2__)
+#define SSR_DISPATCH_AVX2 1
+#define SSR_TARGET_AVX2 __attribute__((target("avx2")))
+#endif
+
+namespace ssr {
+namespace cpu {
+namespace lanes {
+
+// The widest vector the build compiles to one register, in bytes: 64 (AVX-512), 32 (AVX), else 16 (SSE2,
+// NEON); 0 without vector extensions.
+#if !defined(SSR_VECTOR_EXTENSIONS)
+constexpr int widest_bytes = 0;
+#elif defined(__AVX512F__)
+constexpr int widest_bytes = 64;
+#elif defined(__AVX__)
+constexpr int widest_bytes = 32;
+#else
+constexpr int widest_bytes = 16;
+#endif
+
+#if defined(SSR_DISPATCH_AVX2)
+// Whether this processor (and its operating system) runs AVX2; asked once.
+inline bool has_avx2() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return yes;
+}
+#endif
+
+}  // namespace lanes
+}  // namespace cpu
+}  // namespace ssr
