@@ -5,10 +5,10 @@
 // reduction to r in [-ln2/2, ln2/2] and a degree-7 polynomial (relative error below 1e-7), 2^k put in the
 // exponent bits; inputs below -88 (-inf included) give 0 or the subnormals just above it, never NaN.
 // Lanes are GNU vectors (lanes.hpp) of 4, 8 or 16 floats, the same bits in every width and path; the last
-// values of a row go through 4 lanes. A compiler without vector extensions takes std::exp instead.
+// values of a row go through 4 lanes. Without vector extensions (or with SSR_NO_VECTOR_EXTENSIONS or
+// EIGEN_DONT_VECTORIZE defined), a float at a time.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -22,19 +22,28 @@ namespace fexp {
 // Floats in the widest vector (1 without vector extensions).
 constexpr int widest = lanes::widest_bytes > 0 ? lanes::widest_bytes / 4 : 1;
 
-// exp of L floats (L a power of two up to 16) from in to out, unaligned. The operations are on whole
-// vectors (no calls, so no vector crosses a function boundary in a build without its registers):
-// max(-88, x) and min(x, 88) in std::max's and std::min's order (a NaN x gives -88).
+// exp of L floats (L a power of two up to 16) from in to out, unaligned: on whole vectors (no calls, so
+// no vector crosses a function boundary in a build without its registers), or a float at a time without
+// vector extensions (the same operations). max(-88, x) and min(x, 88) in std::max's and std::min's order
+// (a NaN x gives -88).
 template <int L>
 SSR_LANES_INLINE void exp_lanes(const float* in, float* out) {
 #if defined(SSR_VECTOR_EXTENSIONS)
   // typedef: GCC drops a vector attribute from a dependent alias-declaration.
   typedef float F __attribute__((vector_size(L * sizeof(float))));         // NOLINT(modernize-use-using)
   typedef std::int32_t I __attribute__((vector_size(L * sizeof(float))));  // NOLINT(modernize-use-using)
+#else
+  if constexpr (L > 1) {
+    for (int l = 0; l < L; ++l) exp_lanes<1>(in + l, out + l);
+    return;
+  }
+  using F = float;
+  using I = std::int32_t;
+#endif
   F x;
   std::memcpy(&x, in, sizeof x);
   F lo = F{} - 88.0f, hi = F{} + 88.0f;
-#if !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
+#if defined(SSR_VECTOR_EXTENSIONS) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
   // GCC makes max and min instructions of these selects only where the bounds are not known constants
   // (else three bit operations each, 20% of the exp's time); the empty statement hides them.
   __asm__("" : "+v"(lo), "+v"(hi));
@@ -51,14 +60,14 @@ SSR_LANES_INLINE void exp_lanes(const float* in, float* out) {
   y = y * r + 1.6666665459e-1f;
   y = y * r + 5.0000001201e-1f;
   const F p = ((y * r) * r + r) + 1.0f;
-  // 2^k for whole k in [-127, 127]: k + 127 in the exponent bits (0 for k = -127; a cast between
-  // vectors keeps the bits).
-  const I two_k = ((I)shifted - (0x4b400000 - 127)) << 23;
-  const F result = p * (F)two_k;
+  // 2^k for whole k in [-127, 127]: k + 127 in the exponent bits (0 for k = -127).
+  I bits;
+  std::memcpy(&bits, &shifted, sizeof bits);
+  bits = (bits - (0x4b400000 - 127)) << 23;
+  F two_k;
+  std::memcpy(&two_k, &bits, sizeof two_k);
+  const F result = p * two_k;
   std::memcpy(out, &result, sizeof result);
-#else
-  for (int l = 0; l < L; ++l) out[l] = std::exp(in[l]);
-#endif
 }
 
 // exp of the last count < 4 floats of a row, in 4 lanes.

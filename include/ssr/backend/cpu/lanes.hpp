@@ -9,7 +9,8 @@
 // path has no FMA (AVX2 alone does not imply it), so it gives the baseline's bits.
 #pragma once
 
-#if defined(__GNUC__)
+// SSR_NO_VECTOR_EXTENSIONS (or Eigen's EIGEN_DONT_VECTORIZE) asks for one lane at a time.
+#if defined(__GNUC__) && !defined(SSR_NO_VECTOR_EXTENSIONS) && !defined(EIGEN_DONT_VECTORIZE)
 #define SSR_VECTOR_EXTENSIONS 1
 #define SSR_LANES_INLINE __attribute__((always_inline)) inline
 #else

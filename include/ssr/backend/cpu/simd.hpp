@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "ssr/backend/cpu/exp.hpp"
+#include "ssr/backend/cpu/pass.hpp"
 #include "ssr/backend/cpu/tuning.hpp"
 #include "ssr/math/cost.hpp"
 #include "ssr/math/numeric.hpp"
@@ -403,82 +404,16 @@ struct Simd {
     for (index_t j = 0; j < n; ++j) std::fill(x + j * tile + rows, x + (j + 1) * tile, value);
   }
 
-  // Two adjacent columns of a tile, whole packets (AVX-512: one of 16 floats).
-  using Pair = Eigen::Array<T, 2 * tile, 1>;
-
   // vt[j * tile + l] = v[j] for every lane l (n * tile elements): v spread over a tile's columns, so that
-  // a packet of two columns is scaled by one load.
+  // a vector of two columns is scaled by one load.
   static void spread(const T* v, index_t n, T* vt) {
     for (index_t j = 0; j < n; ++j) At<Column>(vt + j * tile).setConstant(v[j]);
   }
 
-  // One scaled pass over `count` tiles of Q by columns (at most a block's rows; padding rows zeros), v
-  // spread (vt): for each row t = Q_i * v and r = sum_j t_j (into row_sum, a Column a tile), and the column
-  // sums of the plan rows t / r over all the rows (into part, n elements). First each tile's r and 1 / r,
-  // then the column sums four columns at a time over every tile, in registers. The order is fixed: r adds
-  // the columns j = 0, 1, 2, 3 (mod 4) in four sums, then (0 + 1) + (2 + 3); each lane adds its rows in
-  // order, then the lanes are added. Two adjacent columns go in one Pair, lane for lane the same
-  // operations. A real row's r is at least exp(-absorb_bound) (Q has a 1 in it), far above the least
-  // normal T, which keeps a padding row's 0 * (1 / r) at 0.
+  // One scaled pass over `count` tiles of Q by columns, v spread (vt): pass::scaled (pass.hpp).
   static void pass_tiles(const T* q, const T* vt, index_t n, index_t count, T* row_sum, T* part) {
-    alignas(64) T inv[2 * CpuTuning::block_elements / CpuTuning::pad];  // 1 / r twice a tile, for Pairs
-    const T least = std::numeric_limits<T>::min();
-    for (index_t tl = 0; tl < count; ++tl) {
-      const T* x = q + tl * n * tile;
-      const auto t = [x, vt](index_t j) { return Pair(At<const Pair>(x + j * tile) * At<const Pair>(vt + j * tile)); };
-      Pair r01 = Pair::Zero(), r23 = Pair::Zero();  // the sums of columns 0 and 1 (mod 4), and 2 and 3
-      index_t j = 0;
-      for (; j + 4 <= n; j += 4) {
-        r01 += t(j);
-        r23 += t(j + 2);
-      }
-      if (j + 2 <= n) {
-        r01 += t(j);
-        j += 2;
-        if (j < n) r23.template head<tile>() += At<const Column>(x + j * tile) * vt[j * tile];
-      } else if (j < n) {
-        r01.template head<tile>() += At<const Column>(x + j * tile) * vt[j * tile];
-      }
-      const Column sum = (Column(r01.template head<tile>()) + Column(r01.template tail<tile>())) +
-                         (Column(r23.template head<tile>()) + Column(r23.template tail<tile>()));
-      At<Column>(row_sum + tl * tile) = sum;
-      const Column w = sum.max(least).inverse();
-      At<Column>(inv + 2 * tl * tile) = w;
-      At<Column>(inv + (2 * tl + 1) * tile) = w;
-    }
-    index_t j0 = 0;
-    for (; j0 + 4 <= n; j0 += 4) column_sums<2>(q, vt, n, count, inv, j0, part);
-    for (; j0 + 2 <= n; j0 += 2) column_sums<1>(q, vt, n, count, inv, j0, part);
-    if (j0 < n) last_column_sum(q, vt, n, count, inv, j0, part);
-  }
-
-  // part[j] for the 2P columns [j0, j0 + 2P) of pass_tiles: sum_i Q_ij v_j * inv_i, a lane's rows in
-  // order, then the lanes.
-  template <int P>
-  static void column_sums(const T* q, const T* vt, index_t n, index_t count, const T* inv, index_t j0, T* part) {
-    Pair acc[P], vc[P];
-    for (index_t c = 0; c < P; ++c) {
-      acc[c].setZero();
-      vc[c] = At<const Pair>(vt + (j0 + 2 * c) * tile);
-    }
-    for (index_t tl = 0; tl < count; ++tl) {
-      const T* x = q + (tl * n + j0) * tile;
-      const Pair w = At<const Pair>(inv + 2 * tl * tile);
-      for (index_t c = 0; c < P; ++c) acc[c] += (At<const Pair>(x + 2 * c * tile) * vc[c]) * w;
-    }
-    for (index_t c = 0; c < P; ++c) {
-      part[j0 + 2 * c] = Column(acc[c].template head<tile>()).sum();
-      part[j0 + 2 * c + 1] = Column(acc[c].template tail<tile>()).sum();
-    }
-  }
-
-  // column_sums of the one column j0 past the last pair.
-  static void last_column_sum(const T* q, const T* vt, index_t n, index_t count, const T* inv, index_t j0, T* part) {
-    Column acc = Column::Zero();
-    const T vj = vt[j0 * tile];
-    for (index_t tl = 0; tl < count; ++tl)
-      acc += (At<const Column>(q + (tl * n + j0) * tile) * vj) * At<const Column>(inv + 2 * tl * tile);
-    part[j0] = acc.sum();
+    static_assert(pass::tile == tile, "one tile");
+    pass::scaled(q, vt, n, count, row_sum, part);
   }
 
   // Row i of a matrix in tiles into a padded row (np elements; padding `pad`), times v where v is not null.

@@ -1,0 +1,224 @@
+// The CPU Sinkhorn's scaled pass over tiles of Q by columns (the one pass of an iteration), written once
+// over GNU vectors (lanes.hpp): in the build's widest vectors, and with AVX2 where a baseline x86-64 build
+// runs on a processor that has it. Every width and path gives the same bits.
+//
+// For each row of `count` tiles (at most a block's rows; padding rows zeros), with v spread over a tile's
+// columns (vt[j * tile + l] = v_j): t = Q_i * v and r = sum_j t_j (into row_sum, a tile's 8 rows at a
+// time), and the column sums of the plan rows t / r over all the rows (into part, n elements). First each
+// tile's r and 1 / r, then the column sums four columns at a time over every tile, in registers. A vector
+// holds whole columns of a tile, or two adjacent ones (16 floats with AVX-512). The order is fixed: r adds
+// the columns j = 0, 1, 2, 3 (mod 4) in four sums, then (0 + 2) + (1 + 3); each lane of a column sum adds
+// its rows in order, then the 8 lanes fold in halves: lane l + lane l + 4, then + 2, then + 1. A real
+// row's r is at least exp(-absorb_bound) (Q has a 1 in it), far above the least normal T, which keeps a
+// padding row's 0 * (1 / r) at 0.
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "ssr/backend/cpu/lanes.hpp"
+#include "ssr/backend/cpu/tuning.hpp"
+#include "ssr/view.hpp"
+
+#if defined(SSR_VECTOR_EXTENSIONS) && defined(__has_builtin)
+#if __has_builtin(__builtin_shufflevector)
+#define SSR_SHUFFLE_VECTOR 1
+#endif
+#endif
+
+namespace ssr {
+namespace cpu {
+namespace pass {
+
+constexpr index_t tile = 8;  // rows a tile (Simd<T>::tile)
+
+// Lanes of T in the vectors of the build's pass: its widest, at most two columns of a tile (one column
+// where the compiler cannot shuffle lanes); 1 without vector extensions.
+template <class T>
+constexpr int widest() {
+#if defined(SSR_SHUFFLE_VECTOR)
+  constexpr int most = 2 * static_cast<int>(tile);
+#else
+  constexpr int most = static_cast<int>(tile);
+#endif
+  return lanes::widest_bytes == 0 ? 1 : std::min(most, lanes::widest_bytes / static_cast<int>(sizeof(T)));
+}
+
+// Folds the w lanes of a column in halves (w = 8, or fewer left after adding whole vectors): a[0] ends
+// as the sum.
+template <class T>
+SSR_LANES_INLINE T fold(T* a, index_t w) {
+  for (index_t k = w / 2; k >= 1; k /= 2)
+    for (index_t l = 0; l < k; ++l) a[l] += a[l + k];
+  return a[0];
+}
+
+// part[j] for the 2P columns [j0, j0 + 2P): sum_i (Q_ij * v_j) * inv_i, in vectors of L lanes (two
+// adjacent columns take 2 * tile / L of them); inv holds each tile's 1 / r twice, so that it multiplies
+// two columns at once.
+template <class T, int L, int P>
+SSR_LANES_INLINE void column_sums(const T* q, const T* vt, index_t n, index_t count, const T* inv, index_t j0,
+                                  T* part) {
+#if defined(SSR_VECTOR_EXTENSIONS)
+  typedef T V __attribute__((vector_size(L * sizeof(T))));  // NOLINT(modernize-use-using)
+#else
+  static_assert(L == 1, "one lane without vector extensions");
+  using V = T;
+#endif
+  constexpr index_t per_pair = 2 * tile / L;
+  V acc[P][per_pair] = {}, vc[P][per_pair];
+  for (index_t c = 0; c < P; ++c)
+    for (index_t h = 0; h < per_pair; ++h) std::memcpy(&vc[c][h], vt + (j0 + 2 * c) * tile + h * L, sizeof(V));
+  for (index_t tl = 0; tl < count; ++tl) {
+    const T* x = q + (tl * n + j0) * tile;
+    V w[per_pair];
+    std::memcpy(w, inv + 2 * tl * tile, sizeof w);
+    for (index_t c = 0; c < P; ++c)
+      for (index_t h = 0; h < per_pair; ++h) {
+        V e;
+        std::memcpy(&e, x + 2 * c * tile + h * L, sizeof e);
+        acc[c][h] += (e * vc[c][h]) * w[h];
+      }
+  }
+  for (index_t c = 0; c < P; ++c) {
+    V* a = acc[c];
+    if constexpr (L <= tile) {
+      // The halves of a column that are whole vectors first: vector h plus vector h + k.
+      constexpr index_t per_column = tile / L;
+      for (index_t k = per_column / 2; k >= 1; k /= 2)
+        for (index_t h = 0; h < k; ++h) {
+          a[h] += a[h + k];
+          a[per_column + h] += a[per_column + h + k];
+        }
+      for (index_t col = 0; col < 2; ++col) {
+        V e = a[col * per_column];
+#if defined(SSR_SHUFFLE_VECTOR)
+        if constexpr (L == tile) {  // then its lanes, by 4, 2 and 1 apart
+          e += __builtin_shufflevector(e, e, 4, 5, 6, 7, 0, 1, 2, 3);
+          e += __builtin_shufflevector(e, e, 2, 3, 0, 1, 6, 7, 4, 5);
+          e += __builtin_shufflevector(e, e, 1, 0, 3, 2, 5, 4, 7, 6);
+          part[j0 + 2 * c + col] = e[0];
+          continue;
+        }
+#endif
+        T lanes_of[L];
+        std::memcpy(lanes_of, &e, sizeof lanes_of);
+        part[j0 + 2 * c + col] = fold(lanes_of, L);
+      }
+    } else {
+#if defined(SSR_SHUFFLE_VECTOR)
+      // Two columns in one vector of 16 lanes: the halves of each, by lanes 4, 2 and 1 apart.
+      V e = a[0];
+      e += __builtin_shufflevector(e, e, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+      e += __builtin_shufflevector(e, e, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+      e += __builtin_shufflevector(e, e, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+      part[j0 + 2 * c] = e[0];
+      part[j0 + 2 * c + 1] = e[tile];
+#endif
+    }
+  }
+}
+
+// The pass in vectors of L lanes of T (L divides 2 * tile).
+template <class T, int L>
+SSR_LANES_INLINE void scaled_in_lanes(const T* q, const T* vt, index_t n, index_t count, T* row_sum, T* part) {
+  constexpr index_t per_pair = 2 * tile / L, per_column = L < tile ? tile / L : 1;
+#if defined(SSR_VECTOR_EXTENSIONS)
+  typedef T V __attribute__((vector_size(L * sizeof(T))));  // NOLINT(modernize-use-using)
+#else
+  static_assert(L == 1, "one lane without vector extensions");
+  using V = T;
+#endif
+  const V least = V{} + std::numeric_limits<T>::min(), one = V{} + T(1);
+  alignas(64) T inv[2 * CpuTuning::block_elements / CpuTuning::pad];  // 1 / r twice a tile
+  for (index_t tl = 0; tl < count; ++tl) {
+    const T* x = q + tl * n * tile;
+    V r01[per_pair] = {}, r23[per_pair] = {};  // the sums of columns 0 and 1 (mod 4), and of 2 and 3
+    index_t j = 0;
+    for (; j + 4 <= n; j += 4)
+      for (index_t h = 0; h < per_pair; ++h) {
+        V e01, v01, e23, v23;
+        std::memcpy(&e01, x + j * tile + h * L, sizeof(V));
+        std::memcpy(&v01, vt + j * tile + h * L, sizeof(V));
+        std::memcpy(&e23, x + (j + 2) * tile + h * L, sizeof(V));
+        std::memcpy(&v23, vt + (j + 2) * tile + h * L, sizeof(V));
+        r01[h] += e01 * v01;
+        r23[h] += e23 * v23;
+      }
+    if (j + 2 <= n) {
+      for (index_t h = 0; h < per_pair; ++h) {
+        V e, v;
+        std::memcpy(&e, x + j * tile + h * L, sizeof e);
+        std::memcpy(&v, vt + j * tile + h * L, sizeof v);
+        r01[h] += e * v;
+      }
+      j += 2;
+    }
+    if (j < n) {  // the last column of an odd n, in the first tile lanes (zeros after: they add nothing)
+      V e[per_pair] = {};
+      std::memcpy(e, x + j * tile, tile * sizeof(T));
+      const T vj = vt[j * tile];
+      for (index_t h = 0; h < per_pair; ++h) {
+        if (j % 4 == 0)
+          r01[h] += e[h] * vj;
+        else
+          r23[h] += e[h] * vj;
+      }
+    }
+    // r = (0 + 2) + (1 + 3), and 1 / r twice (the two halves of a pair), for the column sums.
+    V w[per_pair];
+    for (index_t h = 0; h < per_pair; ++h) r01[h] += r23[h];
+    if constexpr (L <= tile) {
+      for (index_t h = 0; h < per_column; ++h) {
+        const V sum = r01[h] + r01[per_column + h];
+        std::memcpy(row_sum + tl * tile + h * L, &sum, sizeof sum);
+        w[h] = w[per_column + h] = one / (sum < least ? least : sum);
+      }
+    } else {
+#if defined(SSR_SHUFFLE_VECTOR)
+      const V sum = r01[0] + __builtin_shufflevector(r01[0], r01[0], 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6,
+                                                     7);  // the same sum in both halves
+      std::memcpy(row_sum + tl * tile, &sum, tile * sizeof(T));
+      w[0] = one / (sum < least ? least : sum);
+#endif
+    }
+    std::memcpy(inv + 2 * tl * tile, w, sizeof w);
+  }
+  index_t j0 = 0;
+  for (; j0 + 4 <= n; j0 += 4) column_sums<T, L, 2>(q, vt, n, count, inv, j0, part);
+  for (; j0 + 2 <= n; j0 += 2) column_sums<T, L, 1>(q, vt, n, count, inv, j0, part);
+  if (j0 < n) {  // the last column of an odd n, in the first tile lanes of a pair (zeros after)
+    V acc[per_pair] = {};
+    const T vj = vt[j0 * tile];
+    for (index_t tl = 0; tl < count; ++tl) {
+      V e[per_pair] = {}, w[per_pair];
+      std::memcpy(e, q + (tl * n + j0) * tile, tile * sizeof(T));
+      std::memcpy(w, inv + 2 * tl * tile, sizeof w);
+      for (index_t h = 0; h < per_pair; ++h) acc[h] += (e[h] * vj) * w[h];
+    }
+    T a[2 * tile];
+    std::memcpy(a, acc, sizeof a);
+    part[j0] = fold(a, tile);  // the same halves as column_sums folds
+  }
+}
+
+#if defined(SSR_DISPATCH_AVX2)
+template <class T>
+SSR_TARGET_AVX2 void scaled_avx2(const T* q, const T* vt, index_t n, index_t count, T* row_sum, T* part) {
+  scaled_in_lanes<T, 32 / static_cast<int>(sizeof(T))>(q, vt, n, count, row_sum, part);
+}
+#endif
+
+// The pass (see the top of this file) on the widest path this processor runs.
+template <class T>
+inline void scaled(const T* q, const T* vt, index_t n, index_t count, T* row_sum, T* part) {
+#if defined(SSR_DISPATCH_AVX2)
+  if (lanes::has_avx2()) return scaled_avx2(q, vt, n, count, row_sum, part);
+#endif
+  scaled_in_lanes<T, widest<T>()>(q, vt, n, count, row_sum, part);
+}
+
+}  // namespace pass
+}  // namespace cpu
+}  // namespace ssr
