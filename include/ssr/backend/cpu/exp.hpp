@@ -29,9 +29,8 @@ constexpr int widest = lanes::widest_bytes > 0 ? lanes::widest_bytes / 4 : 1;
 template <int L>
 SSR_LANES_INLINE void exp_lanes(const float* in, float* out) {
 #if defined(SSR_VECTOR_EXTENSIONS)
-  // typedef: GCC drops a vector attribute from a dependent alias-declaration.
-  typedef float F __attribute__((vector_size(L * sizeof(float))));         // NOLINT(modernize-use-using)
-  typedef std::int32_t I __attribute__((vector_size(L * sizeof(float))));  // NOLINT(modernize-use-using)
+  SSR_LANES(F, float, L);
+  SSR_LANES(I, std::int32_t, L);
 #else
   if constexpr (L > 1) {
     for (int l = 0; l < L; ++l) exp_lanes<1>(in + l, out + l);

@@ -2,11 +2,11 @@
 // compiler has vector extensions, the widest vector the build compiles to one register, and the AVX2
 // path that a baseline x86-64 build (SSE2) takes at run time where the processor has it.
 //
-// Such code declares its vector types inside each function (a GNU vector type loses its attribute when
-// passed as a template argument, and one crossing a function boundary in a build without its registers
-// changes the ABI), and its functions are inlined into their callers (SSR_LANES_INLINE), the AVX2 ones
-// included. Every lane takes the same operations in the same order, so the width changes no bit; the AVX2
-// path has no FMA (AVX2 alone does not imply it), so it gives the baseline's bits.
+// Such code declares its vector types inside each function (SSR_LANES), passes no vector to a function
+// (one crossing a function boundary in a build without its registers changes the ABI), and its functions
+// are inlined into their callers (SSR_LANES_INLINE), the AVX2 ones included. Every lane takes the same
+// operations in the same order, so the width changes no bit; the AVX2 path has no FMA (AVX2 alone does not
+// imply it), so it gives the baseline's bits.
 #pragma once
 
 // SSR_NO_VECTOR_EXTENSIONS (or Eigen's EIGEN_DONT_VECTORIZE) asks for one lane at a time.
@@ -19,6 +19,17 @@
 #if defined(SSR_VECTOR_EXTENSIONS) && (defined(__x86_64__) || defined(__i386__)) && !defined(__AVX2__)
 #define SSR_DISPATCH_AVX2 1
 #define SSR_TARGET_AVX2 __attribute__((target("avx2")))
+#endif
+
+// SSR_LANES(Name, T, L) declares Name, a vector of L lanes of T, inside a function (a GNU vector type
+// passed as a template argument loses its attribute, so each function declares its own); without
+// vector extensions, T itself (L must then be 1).
+#if defined(SSR_VECTOR_EXTENSIONS)
+#define SSR_LANES(Name, T, L) typedef T Name __attribute__((vector_size((L) * sizeof(T))))  // NOLINT
+#else
+#define SSR_LANES(Name, T, L)                                    \
+  static_assert((L) == 1, "one lane without vector extensions"); \
+  using Name = T
 #endif
 
 namespace ssr {

@@ -60,12 +60,7 @@ SSR_LANES_INLINE T fold(T* a, index_t w) {
 template <class T, int L, int P>
 SSR_LANES_INLINE void column_sums(const T* q, const T* vt, index_t n, index_t count, const T* inv, index_t j0,
                                   T* part) {
-#if defined(SSR_VECTOR_EXTENSIONS)
-  typedef T V __attribute__((vector_size(L * sizeof(T))));  // NOLINT(modernize-use-using)
-#else
-  static_assert(L == 1, "one lane without vector extensions");
-  using V = T;
-#endif
+  SSR_LANES(V, T, L);
   constexpr index_t per_pair = 2 * tile / L;
   V acc[P][per_pair] = {}, vc[P][per_pair];
   for (index_t c = 0; c < P; ++c)
@@ -124,12 +119,7 @@ SSR_LANES_INLINE void column_sums(const T* q, const T* vt, index_t n, index_t co
 template <class T, int L>
 SSR_LANES_INLINE void scaled_in_lanes(const T* q, const T* vt, index_t n, index_t count, T* row_sum, T* part) {
   constexpr index_t per_pair = 2 * tile / L, per_column = L < tile ? tile / L : 1;
-#if defined(SSR_VECTOR_EXTENSIONS)
-  typedef T V __attribute__((vector_size(L * sizeof(T))));  // NOLINT(modernize-use-using)
-#else
-  static_assert(L == 1, "one lane without vector extensions");
-  using V = T;
-#endif
+  SSR_LANES(V, T, L);
   const V least = V{} + std::numeric_limits<T>::min(), one = V{} + T(1);
   alignas(64) T inv[2 * CpuTuning::block_elements / CpuTuning::pad];  // 1 / r twice a tile
   for (index_t tl = 0; tl < count; ++tl) {
