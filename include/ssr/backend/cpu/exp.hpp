@@ -18,6 +18,7 @@
 namespace ssr {
 namespace cpu {
 namespace fexp {
+inline namespace SSR_LANES_NAMESPACE {
 
 // Floats in the widest vector (1 without vector extensions).
 constexpr int widest = lanes::widest_bytes > 0 ? lanes::widest_bytes / 4 : 1;
@@ -108,6 +109,7 @@ SSR_LANES_INLINE void exp(const float* in, float* out, index_t count) {
   exp_in_lanes<widest>(in, out, count);
 }
 
+}  // namespace SSR_LANES_NAMESPACE
 }  // namespace fexp
 }  // namespace cpu
 }  // namespace ssr

@@ -9,12 +9,17 @@
 // imply it), so it gives the baseline's bits.
 #pragma once
 
-// SSR_NO_VECTOR_EXTENSIONS (or Eigen's EIGEN_DONT_VECTORIZE) asks for one lane at a time.
-#if defined(__GNUC__) && !defined(SSR_NO_VECTOR_EXTENSIONS) && !defined(EIGEN_DONT_VECTORIZE)
+// SSR_NO_VECTOR_EXTENSIONS (or Eigen's EIGEN_DONT_VECTORIZE) asks for one lane at a time. So does nvcc:
+// its front end (CUDA 13) drops a vector attribute whose size depends on a template argument, which
+// would make single floats of the vectors. The two forms live in different inline namespaces
+// (SSR_LANES_NAMESPACE), so that a program with both kinds of translation units keeps both.
+#if defined(__GNUC__) && !defined(__CUDACC__) && !defined(SSR_NO_VECTOR_EXTENSIONS) && !defined(EIGEN_DONT_VECTORIZE)
 #define SSR_VECTOR_EXTENSIONS 1
 #define SSR_LANES_INLINE __attribute__((always_inline)) inline
+#define SSR_LANES_NAMESPACE gnu_vectors
 #else
 #define SSR_LANES_INLINE inline
+#define SSR_LANES_NAMESPACE one_lane
 #endif
 #if defined(SSR_VECTOR_EXTENSIONS) && (defined(__x86_64__) || defined(__i386__)) && !defined(__AVX2__)
 #define SSR_DISPATCH_AVX2 1

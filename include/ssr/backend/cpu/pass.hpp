@@ -21,6 +21,8 @@
 #include "ssr/backend/cpu/tuning.hpp"
 #include "ssr/view.hpp"
 
+// Lanes are shuffled with __builtin_shufflevector where the compiler has it (GCC 12, Clang); else the
+// folds go through scalars, in the same order.
 #if defined(SSR_VECTOR_EXTENSIONS) && defined(__has_builtin)
 #if __has_builtin(__builtin_shufflevector)
 #define SSR_SHUFFLE_VECTOR 1
@@ -30,6 +32,7 @@
 namespace ssr {
 namespace cpu {
 namespace pass {
+inline namespace SSR_LANES_NAMESPACE {
 
 constexpr index_t tile = 8;  // rows a tile (Simd<T>::tile)
 
@@ -209,6 +212,7 @@ inline void scaled(const T* q, const T* vt, index_t n, index_t count, T* row_sum
   scaled_in_lanes<T, widest<T>()>(q, vt, n, count, row_sum, part);
 }
 
+}  // namespace SSR_LANES_NAMESPACE
 }  // namespace pass
 }  // namespace cpu
 }  // namespace ssr
