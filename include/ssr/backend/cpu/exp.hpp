@@ -45,7 +45,7 @@ SSR_LANES_INLINE void exp_lanes(const float* in, float* out) {
   F lo = F{} - 88.0f, hi = F{} + 88.0f;
 #if defined(SSR_VECTOR_EXTENSIONS) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
   // GCC makes max and min instructions of these selects only where the bounds are not known constants
-  // (else three bit operations each, 20% of the exp's time); the empty statement hides them.
+  // (else three bit operations each); the empty statement hides them.
   __asm__("" : "+v"(lo), "+v"(hi));
 #endif
   x = lo < x ? x : lo;
@@ -92,12 +92,11 @@ SSR_LANES_INLINE void exp_in_lanes(const float* in, float* out, index_t count) {
 }
 
 // exp of count floats in the build's own vectors.
-inline void exp_compiled(const float* in, float* out, index_t count) { exp_in_lanes<widest>(in, out, count); }
+SSR_LANES_INLINE void exp_compiled(const float* in, float* out, index_t count) { exp_in_lanes<widest>(in, out, count); }
 
 #if defined(SSR_DISPATCH_AVX2)
 // exp_compiled in 8-float AVX2 vectors, for a baseline build on a processor with AVX2.
 SSR_TARGET_AVX2 inline void exp_avx2(const float* in, float* out, index_t count) { exp_in_lanes<8>(in, out, count); }
-
 #endif
 
 // out = exp(in) for count floats (in == out allowed): the widest path this processor runs. Short rows
@@ -106,7 +105,7 @@ SSR_LANES_INLINE void exp(const float* in, float* out, index_t count) {
 #if defined(SSR_DISPATCH_AVX2)
   if (count >= 64 && lanes::has_avx2()) return exp_avx2(in, out, count);
 #endif
-  exp_in_lanes<widest>(in, out, count);
+  exp_compiled(in, out, count);
 }
 
 }  // namespace SSR_LANES_NAMESPACE

@@ -113,6 +113,8 @@ SSR_LANES_INLINE void column_sums(const T* q, const T* vt, index_t n, index_t co
       e += __builtin_shufflevector(e, e, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
       part[j0 + 2 * c] = e[0];
       part[j0 + 2 * c + 1] = e[tile];
+#else
+      static_assert(L <= tile, "two columns in one vector need __builtin_shufflevector (widest caps L)");
 #endif
     }
   }
@@ -174,6 +176,8 @@ SSR_LANES_INLINE void scaled_in_lanes(const T* q, const T* vt, index_t n, index_
                                                      7);  // the same sum in both halves
       std::memcpy(row_sum + tl * tile, &sum, tile * sizeof(T));
       w[0] = one / (sum < least ? least : sum);
+#else
+      static_assert(L <= tile, "two columns in one vector need __builtin_shufflevector (widest caps L)");
 #endif
     }
     std::memcpy(inv + 2 * tl * tile, w, sizeof w);
