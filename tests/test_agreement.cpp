@@ -8,12 +8,12 @@
 // the GPU, exp, log, sin and cos come from CUDA's libdevice, whose results may differ from the host's
 // libm in the last bit of a double: the experts and load are identical (no near-ties in these logits),
 // the noise agrees within 4 units in the last place. The weights agree within 4 units in the last place
-// on every backend (4.8e-7 absolute for float values up to 1, 9e-16 for double). For Sinkhorn the costs and noise are those
-// same values, but the CPU iterates in scaled form with a vectorised exp in T while the Thrust and CUDA
-// backends iterate in the log domain in double, adding the column sums in their own orders; the potentials
-// agree to rounding, so on these random logits the experts are identical and the weights and plans agree
-// within 2e-6 (float) and 1e-10 (double) absolute. A single token is the exception: its plan must be
-// uniform, an exact tie between all experts that rounding may break either way, so for m = 1 the Sinkhorn
+// on every backend (4.8e-7 absolute for float values up to 1, 9e-16 for double). For Sinkhorn the costs and noise are
+// those same values, but the CPU and the CUDA backend's fused solve iterate in scaled form in T (the CPU with a
+// vectorised exp) while the Thrust algorithms iterate in the log domain in double, each adding the column
+// sums in its own order; the potentials agree to rounding, so on these random logits the experts are identical and the
+// weights and plans agree within 2e-6 (float) and 1e-10 (double) absolute. A single token is the exception: its plan
+// must be uniform, an exact tie between all experts that rounding may break either way, so for m = 1 the Sinkhorn
 // comparison checks the plan only.
 #include <catch2/catch.hpp>
 
@@ -74,7 +74,8 @@ TEMPLATE_TEST_CASE("the backend routes as the CPU backend", "[agreement]", float
         for (double alpha : {0.0, 0.3}) {
           const auto s = test::random_logits<TestType>(m, n, 2.0, static_cast<unsigned>(m * 131 + n), 3.0);
           const Context ctx = Context::train(5, 1, 9);
-          INFO(test::backend_name << ": m " << m << " n " << n << " cost " << ssr::to_string(cost) << " alpha " << alpha);
+          INFO(test::backend_name << ": m " << m << " n " << n << " cost " << ssr::to_string(cost) << " alpha "
+                                  << alpha);
 
           for (int k : {1, 2, 10}) {
             if (k > n) continue;
@@ -106,7 +107,7 @@ TEMPLATE_TEST_CASE("the backend routes as the CPU backend", "[agreement]", float
 }
 
 TEST_CASE("wide rows route as on the CPU backend", "[agreement]") {
-  // n beyond the CUDA backend's fused Sinkhorn (736) and shared-memory load count (8192): its Thrust paths.
+  // n beyond the CUDA backend's fused Sinkhorn (608) and shared-memory load count (8192): its Thrust paths.
   for (const auto& shape : {std::pair<index_t, index_t>{300, 800}, {60, 9000}}) {
     const index_t m = shape.first, n = shape.second;
     const auto s = test::random_logits<float>(m, n, 2.0, 17, 3.0);

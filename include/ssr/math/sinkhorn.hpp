@@ -2,7 +2,7 @@
 // A row update makes every row sum to 1, a column update every column to m/n; the error after an
 // iteration is sum_j |colsum_j - m/n| / m, and the solve stops when it is below tol or after max_iters.
 // When ranks share the problem, m is the rows of all of them (RouteSpec::total_rows).
-// Backends differ in how they sweep the matrix (log domain, or scaled with absorption on the CPU) and in
+// Backends differ in how they sweep the matrix (log domain, or scaled with absorption) and in
 // the order they add the column sums in, never in these definitions.
 #pragma once
 
@@ -64,6 +64,14 @@ SSR_HD double recovered_column_potential(index_t m, const Entry& entry, const Co
 template <class T>
 SSR_HD bool takes_log_update(double sum, bool distributed) {
   return column_underflowed<T>(sum) || (distributed && sum < exact_sum_floor);
+}
+
+// The scaled form (a backend's Q_ij = exp(K_ij + h_j - c_i) and v_j = exp(g_j - h_j)) absorbs g into h once
+// some |g_j - h_j| exceeds this, in T: v then stays within exp(+-bound), and Q's row sums, which hold a 1,
+// far from T's underflow and overflow.
+template <class T>
+SSR_HD constexpr double absorb_bound() {
+  return sizeof(T) <= sizeof(float) ? 30.0 : 300.0;
 }
 
 // Column j's share of the marginal error, |colsum_j - m/n|; the error is the sum of the shares over m.

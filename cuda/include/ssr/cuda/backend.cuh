@@ -1,6 +1,6 @@
 // CudaBackend<T>: routing on an NVIDIA GPU. Views hold device pointers. Fused kernels take the hot paths
 // (softmax top-k ranking the logits, k <= CudaTuning::fused_max_k; the Sinkhorn iterations in one
-// cooperative kernel for n up to 736, CudaTuning::sinkhorn_fits); the Thrust backend's algorithms take the
+// cooperative kernel for n up to 608, CudaTuning::sinkhorn_fits); the Thrust backend's algorithms take the
 // rest (selection by scores, bias or groups among them). Every kernel and copy of a call is ordered on
 // CallOptions::stream. A call waits for the host only where asked: the finiteness check reads one flag back
 // (off with check_finite = false), and the Sinkhorn path's statistics reach RouteInfo through Router::wait
@@ -148,7 +148,7 @@ class CudaBackend {
   struct Layout {
     unsigned long long* flag;                    // the checks' result (first, so every layout has it there)
     std::int32_t* load_counts;                   // n > count_max_experts: the Thrust load count's blocks
-    thrust_algorithms::SinkhornBuffers<T> wide;  // the Thrust solve's (n > 736, or ranks)
+    thrust_algorithms::SinkhornBuffers<T> wide;  // the Thrust solve's (n > 608, or ranks)
     cuda::SinkhornBuffers<T> fused;              // the fused solve's, sharing the kernel and row potentials
   };
 

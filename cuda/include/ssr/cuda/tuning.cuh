@@ -31,9 +31,13 @@ struct CudaTuning {
   // works on several tokens at once.
   static constexpr int lanes(index_t n) { return n <= 16 ? 4 : n <= 64 ? 16 : 32; }
 
-  // Sinkhorn: rows a block works on at once, and rows per row block: enough blocks to fill a large GPU at
-  // any m, at most max(256, slot) rows, a multiple of the slot.
-  static constexpr index_t sinkhorn_slot(index_t n) { return sinkhorn_warps * (32 / lanes(n)); }
+  // Sinkhorn: rows a group of lanes works on at once (sinkhorn.cuh), rows a block works on at once, and
+  // rows per row block: enough blocks to fill a large GPU at any m, at most max(256, slot) rows, a
+  // multiple of the slot.
+  static constexpr int sinkhorn_rows_per_group(index_t n) { return n <= 256 ? 2 : 1; }
+  static constexpr index_t sinkhorn_slot(index_t n) {
+    return sinkhorn_warps * (32 / lanes(n)) * sinkhorn_rows_per_group(n);
+  }
   static constexpr index_t rows_per_block(index_t m, index_t n) {
     const index_t slot = sinkhorn_slot(n), cap = slot > 256 ? slot : 256;
     const index_t rounded = ((m + 2047) / 2048 + slot - 1) / slot * slot;
@@ -42,12 +46,14 @@ struct CudaTuning {
   static constexpr index_t row_blocks(index_t m, index_t n) {
     return (m + rows_per_block(m, n) - 1) / rows_per_block(m, n);
   }
-  // Shared memory of the solve for n experts (per-slot column sums and a reduction scratch); the fused
-  // solve needs it within the default 48 KiB, so n up to 736.
+  // The fused solve's widest rows: 32 lanes of at most 19 columns each (sinkhorn.cuh).
+  static constexpr index_t sinkhorn_max_n = 32 * 19;
+  // Shared memory of the solve for n experts (per-warp column sums, a reduction scratch, h and v), within
+  // the default 48 KiB up to sinkhorn_max_n.
   static constexpr std::size_t sinkhorn_shared_bytes(index_t n) {
-    return static_cast<std::size_t>(sinkhorn_slot(n) * n + sinkhorn_threads) * sizeof(double);
+    return static_cast<std::size_t>(sinkhorn_warps * n + sinkhorn_warps + 2 * n) * sizeof(double);
   }
-  static constexpr bool sinkhorn_fits(index_t n) { return sinkhorn_shared_bytes(n) <= 48 * 1024; }
+  static constexpr bool sinkhorn_fits(index_t n) { return n <= sinkhorn_max_n; }
 
   // What launches need to know of a device.
   int device = 0;
@@ -96,5 +102,8 @@ struct CudaTuning {
   mutable Entry cache_[cache_size] = {};
   mutable int entries_ = 0;
 };
+
+static_assert(CudaTuning::sinkhorn_shared_bytes(CudaTuning::sinkhorn_max_n) <= 48 * 1024,
+              "the fused Sinkhorn solve's shared memory fits the default limit");
 
 }  // namespace ssr

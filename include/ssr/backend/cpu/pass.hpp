@@ -9,7 +9,7 @@
 // holds whole columns of a tile, or two adjacent ones (16 floats with AVX-512). The order is fixed: r adds
 // the columns j = 0, 1, 2, 3 (mod 4) in four sums, then (0 + 2) + (1 + 3); each lane of a column sum adds
 // its rows in order, then the 8 lanes fold in halves: lane l + lane l + 4, then + 2, then + 1. A real
-// row's r is at least exp(-absorb_bound) (Q has a 1 in it), far above the least normal T, which keeps a
+// row's r is at least exp(-math::absorb_bound) (Q has a 1 in it), far above the least normal T, which keeps a
 // padding row's 0 * (1 / r) at 0.
 #pragma once
 

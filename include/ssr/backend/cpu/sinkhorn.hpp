@@ -292,8 +292,8 @@ class Sinkhorn {
     bool absorb = false;
     for (index_t j = 0; j < n; ++j) {
       b.gt[j] = static_cast<T>(b.g[j]);
-      absorb = absorb ||
-               std::abs(static_cast<double>(b.gt[j]) - static_cast<double>(b.ht[j])) > CpuTuning::absorb_bound<T>();
+      absorb =
+          absorb || std::abs(static_cast<double>(b.gt[j]) - static_cast<double>(b.ht[j])) > math::absorb_bound<T>();
     }
     if (absorb) std::copy(b.gt, b.gt + n, b.ht);
     for (index_t j = 0; j < n; ++j)

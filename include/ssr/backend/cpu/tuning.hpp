@@ -4,7 +4,6 @@
 #pragma once
 
 #include <algorithm>
-#include <type_traits>
 
 #include "ssr/view.hpp"
 
@@ -34,12 +33,6 @@ struct CpuTuning {
     return std::max(min_rows, block_elements / padded(n) / min_rows * min_rows);
   }
   static constexpr index_t blocks(index_t m, index_t n) { return (m + rows_per_block(n) - 1) / rows_per_block(n); }
-
-  // Absorb g into Q once some |g_j - h_j| exceeds this: the scalings v stay within exp(+-bound).
-  template <class T>
-  static constexpr double absorb_bound() {
-    return std::is_same<T, float>::value ? 30.0 : 300.0;
-  }
 };
 
 }  // namespace ssr
