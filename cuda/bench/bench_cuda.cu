@@ -161,8 +161,8 @@ void BM_RouteSoftmaxTopK(benchmark::State& state) {
   });
 }
 
-// One Sinkhorn iteration of the fused solve (rows, columns, decision), from 20 iterations run with tol = 0.
-// Arguments: m, n. Bytes: the m x n kernel read once.
+// One Sinkhorn iteration of the fused solve (rows, columns, decision), from 20 iterations run with tol = 0
+// (the solve's one exp pass, which builds Q from K, included). Arguments: m, n. Bytes: the m x n Q read once.
 void BM_SinkhornIteration(benchmark::State& state) {
   const ssr::index_t m = state.range(0), n = state.range(1);
   constexpr int iterations = 20;
