@@ -147,8 +147,8 @@ __global__ void __launch_bounds__(CudaTuning::sinkhorn_threads, 2)
 #pragma unroll
       for (int c = 0; c < Cols; ++c) sums[c] = 0;
       const index_t first = blk * rows, last = first + rows < m ? first + rows : m;
-      // Rows of the group: i = base + Rows-th multiples of slot, all loads of them issued at once; the
-      // order in which a lane adds them is the rows' order whatever Rows is.
+      // A step takes the group's rows base, base + slot, ..., base + (Rows - 1) slot, all their loads issued
+      // at once; a lane adds its rows in row order whatever Rows is.
       for (index_t base = first + mine_slot; base < last + mine_slot; base += slot * Rows) {
         T t[Rows][Cols], top[Rows], r[Rows];
 #pragma unroll
