@@ -74,6 +74,18 @@ SSR_HD constexpr double absorb_bound() {
   return sizeof(T) <= sizeof(float) ? 30.0 : 300.0;
 }
 
+// Whether h must absorb g, for column potentials g and h both held in T.
+template <class T>
+SSR_HD bool absorbs(T g, T h) {
+  return std::fabs(static_cast<double>(g) - static_cast<double>(h)) > absorb_bound<T>();
+}
+
+// The scaling v_j = exp(g_j - h_j) of the scaled form, from g and h in T.
+template <class T>
+SSR_HD T scaling(T g, T h) {
+  return static_cast<T>(std::exp(static_cast<double>(g) - static_cast<double>(h)));
+}
+
 // Column j's share of the marginal error, |colsum_j - m/n|; the error is the sum of the shares over m.
 SSR_HD inline double column_error(double sum, const ColumnTarget& target) { return std::fabs(sum - target.mass); }
 

@@ -240,13 +240,12 @@ __global__ void __launch_bounds__(CudaTuning::sinkhorn_threads, 2)
     g_next = swap;
     // v = exp(g - h) from g rounded to T, after h absorbed g where some |g_j - h_j| passed the bound.
     int far = 0;
-    for (index_t j = threadIdx.x; j < n; j += blockDim.x)
-      far |= fabs(static_cast<double>(static_cast<T>(g_now[j])) - static_cast<double>(h[j])) > math::absorb_bound<T>();
+    for (index_t j = threadIdx.x; j < n; j += blockDim.x) far |= math::absorbs(static_cast<T>(g_now[j]), h[j]);
     const bool absorb = __syncthreads_or(far) != 0;
     for (index_t j = threadIdx.x; j < n; j += blockDim.x) {
       const T gt = static_cast<T>(g_now[j]);
       if (absorb) h[j] = gt;
-      v[j] = static_cast<T>(exp(static_cast<double>(gt) - static_cast<double>(h[j])));
+      v[j] = math::scaling(gt, h[j]);
     }
     __syncthreads();
     if (absorb) absorb_rows<T, Lanes>(b, m, n, rows, h);

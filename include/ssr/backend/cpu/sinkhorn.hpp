@@ -292,12 +292,10 @@ class Sinkhorn {
     bool absorb = false;
     for (index_t j = 0; j < n; ++j) {
       b.gt[j] = static_cast<T>(b.g[j]);
-      absorb =
-          absorb || std::abs(static_cast<double>(b.gt[j]) - static_cast<double>(b.ht[j])) > math::absorb_bound<T>();
+      absorb = absorb || math::absorbs(b.gt[j], b.ht[j]);
     }
     if (absorb) std::copy(b.gt, b.gt + n, b.ht);
-    for (index_t j = 0; j < n; ++j)
-      b.v[j] = static_cast<T>(std::exp(static_cast<double>(b.gt[j]) - static_cast<double>(b.ht[j])));
+    for (index_t j = 0; j < n; ++j) b.v[j] = math::scaling(b.gt[j], b.ht[j]);
     Simd<T>::spread(b.v, n, b.vt);
     return absorb;
   }
