@@ -317,6 +317,94 @@ TEMPLATE_TEST_CASE("a group of tiles of softmax top-k is math::topk and math::sc
   }
 }
 
+namespace {
+
+// The top-K of `count` tiles (topk::tiles) in vectors of L lanes, G tiles a sweep, against math::topk of each
+// row of t = x * v, a NaN read as -inf (neither enters a list): the same experts in the same order and their
+// values; false exactly where a row's chosen values are not all finite.
+template <class T, int L, int K, int G>
+void check_tiles_in_lanes(const T* x, index_t n, index_t count, const T* v) {
+  namespace topk = ssr::cpu::topk;
+  constexpr index_t tile = topk::tile, stride = 4 * tile;
+  alignas(64) T value[K * stride], index[K * stride];
+  const bool found = topk::tiles_in_lanes<T, L, K, G, true>(x, n, count, v, value, index, stride);
+  bool finite = true;
+  std::vector<T> t(static_cast<std::size_t>(n));
+  std::array<std::int32_t, K> want{};
+  for (index_t i = 0; i < count * tile; ++i) {
+    for (index_t j = 0; j < n; ++j) {
+      t[j] = x[ssr::cpu::Simd<T>::at_tile(i, j, n)] * v[j];
+      if (std::isnan(t[j])) t[j] = -std::numeric_limits<T>::infinity();
+    }
+    ssr::math::topk(n, K, want.data(), [&](index_t j) { return t[j]; });
+    for (int r = 0; r < K; ++r) finite = finite && std::isfinite(t[want[r]]);
+    if (!found) continue;
+    INFO("L " << L << " K " << K << " G " << G << " n " << n << " row " << i);
+    for (int r = 0; r < K; ++r) {
+      REQUIRE(index[r * stride + i] == static_cast<T>(want[r]));
+      REQUIRE(value[r * stride + i] == t[want[r]]);
+    }
+  }
+  REQUIRE(found == finite);
+}
+
+template <class T, int K>
+void check_tiles_every_width(const T* x, index_t n, index_t count, const T* v) {
+#if defined(SSR_VECTOR_EXTENSIONS)
+  constexpr int L = 16 / static_cast<int>(sizeof(T));  // 4 floats, 2 doubles; then twice and four times
+  check_tiles_in_lanes<T, L, K, 1>(x, n, count, v);
+  check_tiles_in_lanes<T, L, K, 2>(x, n, count, v);
+  check_tiles_in_lanes<T, 2 * L, K, 4>(x, n, count, v);
+  if constexpr (4 * L <= ssr::cpu::topk::tile) check_tiles_in_lanes<T, 4 * L, K, 2>(x, n, count, v);
+#else
+  check_tiles_in_lanes<T, 1, K, 2>(x, n, count, v);
+#endif
+#if defined(SSR_DISPATCH_AVX2)
+  if (ssr::cpu::lanes::has_avx2()) {  // the AVX2 path against the same definition
+    constexpr index_t stride = 4 * ssr::cpu::topk::tile;
+    alignas(64) T value[K * stride], index[K * stride], other_value[K * stride], other_index[K * stride];
+    const bool found = ssr::cpu::topk::tiles_avx2<T, K, 1, true>(x, n, count, v, value, index, stride);
+    REQUIRE(found ==
+            ssr::cpu::topk::tiles_in_lanes<T, 1, K, 1, true>(x, n, count, v, other_value, other_index, stride));
+    if (found)
+      for (index_t c = 0; c < K * stride; c += stride)
+        for (index_t i = 0; i < count * ssr::cpu::topk::tile; ++i) {
+          REQUIRE(value[c + i] == other_value[c + i]);
+          REQUIRE(index[c + i] == other_index[c + i]);
+        }
+  }
+#endif
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("the top-k of tiles chooses the same in every vector width and on every path", "[simd]", float,
+                   double) {
+  using V = ssr::cpu::Simd<TestType>;
+  std::mt19937 gen(6);
+  std::uniform_int_distribution<int> small(0, 3);
+  std::normal_distribution<double> normal(0.0, 2.0);
+  const TestType nan = std::numeric_limits<TestType>::quiet_NaN(), inf = std::numeric_limits<TestType>::infinity();
+  Padded<TestType> x(4 * V::tile * 21), v(21);
+  for (index_t n : {1, 3, 8, 16, 21}) {
+    for (index_t count : {1, 3, 4}) {
+      for (int trial = 0; trial < 6; ++trial) {
+        for (index_t j = 0; j < n; ++j) v.data[j] = static_cast<TestType>(trial % 2 ? 1.0 : 0.5 + small(gen));
+        for (index_t e = 0; e < count * V::tile * n; ++e)
+          x.data[e] = static_cast<TestType>(trial % 2 ? small(gen) / 2.0 : normal(gen));  // ties, or spread
+        if (trial == 4) x.data[V::at_tile(count * V::tile - 1, n / 2, n)] = nan;          // one NaN: it enters no list
+        if (trial == 5)
+          for (index_t j = 0; j < n; ++j)
+            x.data[V::at_tile(1, j, n)] = j % 2 ? -inf : nan;  // a row with no finite value
+        check_tiles_every_width<TestType, 1>(x.data, n, count, v.data);
+        if (n >= 2) check_tiles_every_width<TestType, 2>(x.data, n, count, v.data);
+        if (n >= 3) check_tiles_every_width<TestType, 3>(x.data, n, count, v.data);
+        if (n >= 8) check_tiles_every_width<TestType, 8>(x.data, n, count, v.data);
+      }
+    }
+  }
+}
+
 TEST_CASE("a tile with a non-finite logit is left to the caller", "[simd]") {
   using V = ssr::cpu::Simd<float>;
   const index_t n = 8;

@@ -21,6 +21,7 @@
 
 #include "ssr/backend/cpu/exp.hpp"
 #include "ssr/backend/cpu/pass.hpp"
+#include "ssr/backend/cpu/topk.hpp"
 #include "ssr/backend/cpu/tuning.hpp"
 #include "ssr/math/cost.hpp"
 #include "ssr/math/numeric.hpp"
@@ -232,76 +233,21 @@ struct Simd {
       for (int q = 0; q < tile; ++q) x[j * tile + q] = row[q][j];
   }
 
+  // One column of a tile: a value per row, whole packets.
+  using Column = Eigen::Array<T, tile, 1>;
+
   // Tiles routed together by topk_tiles_weights: a group of `group` tiles held one after another, each of
   // n columns by `tile` rows.
   static constexpr int group = 4;
   static constexpr index_t group_rows = index_t{group} * tile;
 
-  // Tiles whose top-k runs at once for a given k: each packet of rows is an independent chain of updates,
-  // so several chains hide the latency of one; fewer for larger k, whose lists fill the registers.
-  template <int K>
-  static constexpr int tiles_at_once() {
-    constexpr int per = tile / Eigen::internal::unpacket_traits<TilePacket>::size;  // packets per column
-    constexpr int chains = K <= 1 ? 8 : K <= 2 ? 4 : K <= 4 ? 2 : 1;
-    return std::min(group, std::max(1, chains / per));
-  }
-
-  // Top-k (k <= tile_k) of G tiles of rows held by columns, x[g][j * tile + q] being row q's value of expert
-  // j in tile g, times v[j] where Scaled: value[r][g * tile + q] and index[r][...] (as T) are the row's
-  // r-th largest value and its expert, in math::topk's order. Every lane of a packet is a row, so the work
-  // is vertical and, for k <= 4, branch-free (for longer lists a column no row takes skips their update,
-  // which leaves them as they were): expert j enters each row's sorted list where it is strictly greater (ties
-  // to the lower index), the values through max and min in std::max's argument order, so that a NaN enters
-  // no list (max(b, NaN) is b). Returns false where a row's chosen values are not all finite (NaN or
-  // infinities in an unchecked call, or a row of NaN).
-  template <int K, int G, bool Scaled>
-  static bool topk_tiles(const T* const (&x)[G], index_t n, const T* v, T (&value)[K][G * tile],
-                         T (&index)[K][G * tile]) {
-    namespace pk = Eigen::internal;
-    using P = TilePacket;
-    constexpr int L = pk::unpacket_traits<P>::size, per = tile / L, C = G * per;  // C chains
-    if (n > exact_index) return false;
-    const P none = pk::pset1<P>(-std::numeric_limits<T>::infinity()), unset = pk::pset1<P>(T(-1)),
-            one = pk::pset1<P>(T(1));
-    P best[K][C], at[K][C];
-    for (int r = 0; r < K; ++r)
-      for (int c = 0; c < C; ++c) best[r][c] = none, at[r][c] = unset;
-    P here = pk::pzero(none);
-    for (index_t j = 0; j < n; ++j, here = pk::padd(here, one)) {
-      for (int c = 0; c < C; ++c) {
-        P e = pk::pload<P>(x[c / per] + j * tile + c % per * L);
-        if constexpr (Scaled) e = pk::pmul(e, pk::pset1<P>(v[j]));
-        P above[K];
-        above[K - 1] = pk::pcmp_lt(best[K - 1][c], e);
-        if constexpr (K > 4)  // long lists: a column no row takes skips their update
-          if (!pk::predux_any(above[K - 1])) continue;
-        for (int r = 0; r < K - 1; ++r) above[r] = pk::pcmp_lt(best[r][c], e);
-        for (int r = K - 1; r > 0; --r) {
-          best[r][c] = pk::pmax(best[r][c], pk::pmin(e, best[r - 1][c]));
-          at[r][c] = pk::pselect(above[r - 1], at[r - 1][c], pk::pselect(above[r], here, at[r][c]));
-        }
-        best[0][c] = pk::pmax(best[0][c], e);
-        at[0][c] = pk::pselect(above[0], here, at[0][c]);
-      }
-    }
-    P finite = pk::ptrue(none);  // math::is_finite of every chosen value, and every list full
-    for (int r = 0; r < K; ++r)
-      for (int c = 0; c < C; ++c) {
-        finite = pk::pand(finite, pk::pcmp_eq(pk::psub(best[r][c], best[r][c]), pk::pzero(none)));
-        finite = pk::pand(finite, pk::pcmp_le(pk::pzero(none), at[r][c]));
-        pk::pstore(value[r] + c * L, best[r][c]);
-        pk::pstore(index[r] + c * L, at[r][c]);
-      }
-    return !pk::predux_any(pk::pcmp_eq(finite, pk::pzero(none)));  // no lane false
-  }
-
-  // Top-k of a group of tiles by columns (topk_tiles; x holds ceil(rows / tile) tiles one after another)
+  // Top-k of a group of tiles by columns (topk::tiles; x holds ceil(rows / tile) tiles one after another)
   // and the weights of its first `rows` rows (at most group_rows) into experts(i, r) and weights(i, r), for
   // k <= tile_k (k at compile time, so the lists stay in registers). Weights::scores: the tiles hold
   // logits, the weights are math::score_weights (softmax scores) with exp_row (within 2 ulps of std::exp:
   // the weights within 3 ulps of T; the largest term is exp(0) = 1). Weights::plan: the tiles hold Q and
   // the values are t = Q_ij * v_j, the plan up to each row's scale; the weights are
-  // math::normalised_weights, bit for bit. Returns false, its outputs undefined, where topk_tiles does or
+  // math::normalised_weights, bit for bit. Returns false, its outputs undefined, where topk::tiles does or
   // where an element chosen is below `least` (as held in the tiles, before v): the caller then routes that
   // group row by row.
   template <int K = 1>
@@ -319,58 +265,56 @@ struct Simd {
   template <int K>
   static bool topk_tiles_weights(Weights form, const T* x, index_t n, const T* v, index_t rows,
                                  MatrixView<std::int32_t> experts, MatrixView<T> weights, T least) {
-    constexpr int G = tiles_at_once<K>();
+    constexpr int G = topk::tiles_at_once<T, K>(group);
     const index_t count = (rows + tile - 1) / tile;
-    alignas(64) T value[K][G * tile], index[K][G * tile];
-    for (index_t g0 = 0; g0 < count; g0 += G) {
-      const T* tiles[G];
-      for (int g = 0; g < G; ++g) tiles[g] = x + std::min<index_t>(g0 + g, count - 1) * n * tile;  // repeats the last
-      const bool found = v ? topk_tiles<K, G, true>(tiles, n, v, value, index)
-                           : topk_tiles<K, G, false>(tiles, n, nullptr, value, index);
-      if (!found) return false;
-      for (index_t g = 0; g < G && g0 + g < count; ++g) {
-        const index_t i0 = (g0 + g) * tile, in_tile = std::min<index_t>(tile, rows - i0);
-        if (least > -std::numeric_limits<T>::infinity())
-          for (index_t q = 0; q < in_tile; ++q)
-            for (int r = 0; r < K; ++r)
-              if (!(tiles[g][static_cast<index_t>(index[r][g * tile + q]) * tile + q] >= least)) return false;
-        tile_weights<K, G>(form, value, index, g * tile, in_tile,
-                           MatrixView<std::int32_t>(experts.row(i0), in_tile, K, experts.stride),
-                           MatrixView<T>(weights.row(i0), in_tile, K, weights.stride));
-      }
+    alignas(64) T value[K][group_rows], index[K][group_rows];
+    if (n > exact_index) return false;
+    const bool found = v ? topk::tiles<T, K, G, true>(x, n, count, v, value[0], index[0], group_rows)
+                         : topk::tiles<T, K, G, false>(x, n, count, nullptr, value[0], index[0], group_rows);
+    if (!found) return false;
+    for (index_t g = 0; g < count; ++g) {
+      const index_t i0 = g * tile, in_tile = std::min<index_t>(tile, rows - i0);
+      const T* x_tile = x + g * n * tile;
+      std::int32_t at[K][tile];  // the chosen experts (a loop the compiler vectorises)
+      for (int r = 0; r < K; ++r)
+        for (int q = 0; q < tile; ++q) at[r][q] = static_cast<std::int32_t>(index[r][i0 + q]);
+      if (least > -std::numeric_limits<T>::infinity())
+        for (index_t q = 0; q < in_tile; ++q)
+          for (int r = 0; r < K; ++r)
+            if (!(x_tile[static_cast<index_t>(at[r][q]) * tile + q] >= least)) return false;
+      for (index_t q = 0; q < in_tile; ++q)
+        for (int r = 0; r < K; ++r) experts(i0 + q, r) = at[r][q];
+      tile_weights<K>(form, value, i0, in_tile, MatrixView<T>(weights.row(i0), in_tile, K, weights.stride));
     }
     return true;
   }
 
-  // The experts and weights of one tile's `rows` rows from topk_tiles' lists, the tile's lanes starting at
-  // `lane`.
-  template <int K, int G>
-  static void tile_weights(Weights form, const T (&value)[K][G * tile], const T (&index)[K][G * tile], index_t lane,
-                           index_t rows, MatrixView<std::int32_t> experts, MatrixView<T> weights) {
-    for (index_t q = 0; q < rows; ++q)
-      for (int r = 0; r < K; ++r) experts(q, r) = static_cast<std::int32_t>(index[r][lane + q]);
-    using Doubles = Eigen::Array<double, tile, 1>;  // one value per row: whole packets
-    Doubles part[K];
+  // The weights of one tile's `rows` rows from topk::tiles' values, the tile's lanes starting at `lane`.
+  // Loops over a tile's lanes, which the compiler vectorises: values converted lane by lane and then loaded
+  // as one packet would each wait for their stores.
+  template <int K, int V>
+  static void tile_weights(Weights form, const T (&value)[K][V], index_t lane, index_t rows, MatrixView<T> weights) {
+    double part[K][tile], sum[tile] = {};
     if (form == Weights::plan) {  // math::normalised_weights, row by row in the same order
-      Doubles sum = Doubles::Zero();
-      for (int r = 0; r < K; ++r) {
+      for (int r = 0; r < K; ++r)
         for (int q = 0; q < tile; ++q) part[r][q] = static_cast<double>(value[r][lane + q]);
-        sum += part[r];
-      }
-      for (int r = 0; r < K; ++r) part[r] /= sum;
+      for (int r = 0; r < K; ++r)
+        for (int q = 0; q < tile; ++q) sum[q] += part[r][q];
+      for (int r = 0; r < K; ++r)
+        for (int q = 0; q < tile; ++q) part[r][q] /= sum[q];
     } else {
       alignas(64) T term[K][tile];
-      for (int r = 1; r < K; ++r) {
+      for (int r = 1; r < K; ++r)
         for (int q = 0; q < tile; ++q) term[r][q] = value[r][lane + q] - value[0][lane + q];
-        exp_row(term[r], term[r], tile);
-      }
-      Doubles sum = Doubles::Ones();
-      for (int r = 1; r < K; ++r) {
+      if (K > 1) exp_row(term[1], term[1], (K - 1) * tile);
+      std::fill(sum, sum + tile, 1.0);
+      for (int r = 1; r < K; ++r)
         for (int q = 0; q < tile; ++q) part[r][q] = static_cast<double>(term[r][q]);
-        sum += part[r];
-      }
-      part[0] = sum.inverse();
-      for (int r = 1; r < K; ++r) part[r] /= sum;
+      for (int r = 1; r < K; ++r)
+        for (int q = 0; q < tile; ++q) sum[q] += part[r][q];
+      for (int q = 0; q < tile; ++q) part[0][q] = 1 / sum[q];
+      for (int r = 1; r < K; ++r)
+        for (int q = 0; q < tile; ++q) part[r][q] /= sum[q];
     }
     for (index_t q = 0; q < rows; ++q)
       for (int r = 0; r < K; ++r) weights(q, r) = static_cast<T>(part[r][q]);
@@ -381,9 +325,6 @@ struct Simd {
   // sums need no horizontal additions. The rows past m in the last tile hold K = -inf and Q = 0.
   static constexpr index_t tile_offset(index_t i, index_t n) { return i / tile * n * tile; }
   static constexpr index_t at_tile(index_t i, index_t j, index_t n) { return tile_offset(i, n) + j * tile + i % tile; }
-
-  // One column of a tile: a value per row, whole packets.
-  using Column = Eigen::Array<T, tile, 1>;
 
   // kernel_row, where float_kernel holds, of every row of a tile by columns, in place (n columns):
   // K_ij = max((S_ij - max S) * scale, -bound) with scale = 1 / xi. This is kernel_row's
