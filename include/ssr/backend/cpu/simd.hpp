@@ -3,8 +3,8 @@
 // mirrors one scalar definition, and tests/test_cpu_simd.cpp holds it to that definition:
 //   kernel_row  = math::cost_row + math::kernel_row, bit for bit;
 //   topk_row    = math::topk, the same experts in the same order;
-//   topk_tiles  = math::topk over tiles of rows; topk_tiles_weights adds math::normalised_weights (bit
-//                 for bit) or math::score_weights (softmax scores, within 3 ulps);
+//   topk_tiles_weights = math::topk over tiles of rows (topk::tiles, topk.hpp), and
+//                 math::normalised_weights (bit for bit) or math::score_weights (softmax scores, within 3 ulps);
 //   exp_row     = std::exp within 2 float ulps (float), Eigen's exp (double);
 //   float_kernel_tile = kernel_row (where float_kernel holds) of each row of a tile, bit for bit;
 //   pass_tiles  = the scaled row update t = Q_i * v, r = sum t, plan row t / r, over tiles by columns.
@@ -290,8 +290,8 @@ struct Simd {
   }
 
   // The weights of one tile's `rows` rows from topk::tiles' values, the tile's lanes starting at `lane`.
-  // Loops over a tile's lanes, which the compiler vectorises: values converted lane by lane and then loaded
-  // as one packet would each wait for their stores.
+  // Each step is a loop over a tile's lanes, which the compiler vectorises (values converted lane by lane
+  // into an array then loaded as packets would make each load wait for its stores).
   template <int K, int V>
   static void tile_weights(Weights form, const T (&value)[K][V], index_t lane, index_t rows, MatrixView<T> weights) {
     double part[K][tile], sum[tile] = {};

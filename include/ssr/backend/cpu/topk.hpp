@@ -1,6 +1,7 @@
-// The CPU backend's top-k of tiles of rows held by columns (Simd::topk_tiles), written once over GNU vectors
-// (lanes.hpp): in vectors of a tile's column (8 floats) or less, and with AVX2 where a baseline x86-64 build
-// runs on a processor that has it. Every width and path chooses the same experts: the work is comparisons.
+// The CPU backend's top-k of tiles of rows held by columns (for Simd::topk_tiles_weights), written once
+// over GNU vectors (lanes.hpp): in vectors of a tile's column (8 floats) or less, and with AVX2 where a
+// baseline x86-64 build runs on a processor that has it. Every width and path chooses the same experts
+// with the same values: the work is comparisons and one product.
 //
 // x holds `count` tiles one after another, tile t's element (q, j) at x[(t * n + j) * tile + q]; each lane
 // of a vector is a row, so the work is vertical. Expert j enters each row's sorted list of K where its
