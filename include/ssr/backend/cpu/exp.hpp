@@ -21,7 +21,7 @@ namespace fexp {
 inline namespace SSR_LANES_NAMESPACE {
 
 // Floats in the widest vector (1 without vector extensions).
-constexpr int widest = lanes::widest_bytes > 0 ? lanes::widest_bytes / 4 : 1;
+constexpr int widest = lanes::widest_lanes<float>(16);
 
 // exp of L floats (L a power of two up to 16) from in to out, unaligned: on whole vectors (no calls, so
 // no vector crosses a function boundary in a build without its registers), or a float at a time without

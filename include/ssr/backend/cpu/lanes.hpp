@@ -53,6 +53,13 @@ constexpr int widest_bytes = 32;
 constexpr int widest_bytes = 16;
 #endif
 
+// Lanes of T in the build's widest vector, at most `most`; 1 without vector extensions.
+template <class T>
+constexpr int widest_lanes(int most) {
+  const int fit = widest_bytes / static_cast<int>(sizeof(T));
+  return widest_bytes == 0 ? 1 : (most < fit ? most : fit);
+}
+
 #if defined(SSR_DISPATCH_AVX2)
 // Whether this processor (and its operating system) runs AVX2; asked once.
 inline bool has_avx2() {

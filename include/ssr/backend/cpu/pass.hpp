@@ -45,7 +45,7 @@ constexpr int widest() {
 #else
   constexpr int most = static_cast<int>(tile);
 #endif
-  return lanes::widest_bytes == 0 ? 1 : std::min(most, lanes::widest_bytes / static_cast<int>(sizeof(T)));
+  return lanes::widest_lanes<T>(most);
 }
 
 // Folds the w lanes of a column in halves (w = 8, or fewer left after adding whole vectors): a[0] ends

@@ -265,6 +265,7 @@ struct Simd {
   template <int K>
   static bool topk_tiles_weights(Weights form, const T* x, index_t n, const T* v, index_t rows,
                                  MatrixView<std::int32_t> experts, MatrixView<T> weights, T least) {
+    static_assert(topk::tile == tile, "one tile");
     constexpr int G = topk::tiles_at_once<T, K>(group);
     const index_t count = (rows + tile - 1) / tile;
     alignas(64) T value[K][group_rows], index[K][group_rows];

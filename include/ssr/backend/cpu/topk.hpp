@@ -36,8 +36,7 @@ constexpr index_t tile = 8;  // rows a tile (Simd<T>::tile)
 // vector extensions.
 template <class T>
 constexpr int widest() {
-  return lanes::widest_bytes == 0 ? 1
-                                  : std::min(static_cast<int>(tile), lanes::widest_bytes / static_cast<int>(sizeof(T)));
+  return lanes::widest_lanes<T>(static_cast<int>(tile));
 }
 
 // Lanes of T on the path this build takes on most processors (AVX2 where it dispatches to it), which sets
