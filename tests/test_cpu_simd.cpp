@@ -5,6 +5,7 @@
 #include <ssr/detail/aligned.hpp>
 #include <ssr/math/cost.hpp>
 #include <ssr/math/noise.hpp>
+#include <ssr/math/numeric.hpp>
 #include <ssr/math/topk.hpp>
 #include <ssr/math/weights.hpp>
 
@@ -67,29 +68,30 @@ TEMPLATE_TEST_CASE("the vector kernel row is math::cost_row then math::kernel_ro
   }
 }
 
-TEST_CASE("the float kernel of a tile is the kernel row of each of its rows", "[simd]") {
+TEST_CASE("the float kernel of tiles is the kernel row of each of their rows", "[simd]") {
   using V = ssr::cpu::Simd<float>;
   std::mt19937 gen(4);
   std::normal_distribution<double> normal;
   for (index_t n : {1, 3, 8, 16, 20}) {
-    for (double xi : {0.5, 1.0, 0x1p-20}) {  // 1 / xi a power of two >= 1
-      for (double scale : {1.0, 30.0, 1e30}) {
-        ssr::RouteSpec spec;
-        spec.sinkhorn.xi = xi;
-        REQUIRE(V::float_kernel(spec));
-        const index_t stride = n + 5, np = ssr::CpuTuning::padded(n);
-        std::vector<float> s(static_cast<std::size_t>(V::tile * stride));
-        for (auto& e : s) e = static_cast<float>(std::min(scale * normal(gen), 1e38));
-        Padded<float> tile(V::tile * n), s_buf(n), row(n);
-        std::vector<double> x(static_cast<std::size_t>(np));
-        V::load_tile(s.data(), stride, V::tile, n, tile.data);
-        V::float_kernel_tile(tile.data, n, static_cast<float>(ssr::math::cost_bound<float>()),
-                             static_cast<float>(1.0 / xi));
-        for (index_t i = 0; i < V::tile; ++i) {
-          V::kernel_row(s.data() + i * stride, n, np, spec, nullptr, s_buf.data, x.data(), row.data);
-          INFO("n " << n << " xi " << xi << " scale " << scale << " row " << i);
-          for (index_t j = 0; j < n; ++j)
-            REQUIRE(std::memcmp(&tile.data[j * V::tile + i], &row.data[j], sizeof(float)) == 0);
+    for (index_t rows : {index_t{1}, index_t{8}, index_t{21}}) {  // one row, a tile, a partial last tile
+      for (double xi : {0.5, 1.0, 0x1p-20}) {                     // 1 / xi a power of two >= 1
+        for (double scale : {1.0, 30.0, 1e30}) {
+          ssr::RouteSpec spec;
+          spec.sinkhorn.xi = xi;
+          REQUIRE(V::float_kernel(spec));
+          const index_t stride = n + 5, np = ssr::CpuTuning::padded(n);
+          std::vector<float> s(static_cast<std::size_t>(rows * stride));
+          for (auto& e : s) e = static_cast<float>(std::min(scale * normal(gen), 1e38));
+          Padded<float> tiles((rows + V::tile - 1) / V::tile * V::tile * n), s_buf(n), row(n);
+          std::vector<double> x(static_cast<std::size_t>(np));
+          V::float_kernel_tiles(s.data(), stride, rows, n, static_cast<float>(ssr::math::cost_bound<float>()),
+                                static_cast<float>(1.0 / xi), tiles.data);
+          for (index_t i = 0; i < rows; ++i) {
+            V::kernel_row(s.data() + i * stride, n, np, spec, nullptr, s_buf.data, x.data(), row.data);
+            INFO("n " << n << " rows " << rows << " xi " << xi << " scale " << scale << " row " << i);
+            for (index_t j = 0; j < n; ++j)
+              REQUIRE(std::memcmp(&tiles.data[V::at_tile(i, j, n)], &row.data[j], sizeof(float)) == 0);
+          }
         }
       }
     }
@@ -103,6 +105,72 @@ TEST_CASE("the float kernel of a tile is the kernel row of each of its rows", "[
   spec.cost = ssr::Cost::softmax;
   REQUIRE_FALSE(V::float_kernel(spec));
   REQUIRE_FALSE(ssr::cpu::Simd<double>::float_kernel(ssr::RouteSpec{}));
+}
+
+namespace {
+
+// columns::tiles_in_lanes in L lanes against the one-lane form, byte for byte (Kernel: the float kernel).
+template <class T, int L, bool Kernel>
+void check_columns_in_lanes(const T* s, index_t stride, index_t rows, index_t n, T scale, T bound) {
+  namespace columns = ssr::cpu::columns;
+  const index_t size = (rows + columns::tile - 1) / columns::tile * columns::tile * n;
+  std::vector<T> want(static_cast<std::size_t>(size + 1), T(-1)), got(want);
+  columns::tiles_in_lanes<T, 1, Kernel>(s, stride, rows, n, scale, bound, want.data());
+  columns::tiles_in_lanes<T, L, Kernel>(s, stride, rows, n, scale, bound, got.data());
+  INFO("lanes " << L << " kernel " << Kernel << " rows " << rows << " n " << n);
+  REQUIRE(std::memcmp(got.data(), want.data(), got.size() * sizeof(T)) == 0);  // nothing written past the end
+#if defined(SSR_DISPATCH_AVX2) && defined(SSR_COLUMNS_SHUFFLE)
+  if (ssr::cpu::lanes::has_avx2()) {
+    std::fill(got.begin(), got.end(), T(-1));
+    columns::tiles_avx2<T, Kernel>(s, stride, rows, n, scale, bound, got.data());
+    INFO("the AVX2 path");
+    REQUIRE(std::memcmp(got.data(), want.data(), got.size() * sizeof(T)) == 0);
+  }
+#endif
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE(
+    "the copy by columns and the float kernel give the same bits in every vector width and on every path", "[simd]",
+    float, double) {
+  namespace columns = ssr::cpu::columns;
+  std::mt19937 gen(8);
+  std::normal_distribution<double> normal(0.0, 4.0);
+  std::uniform_int_distribution<int> small(0, 3);
+  const auto bound = static_cast<TestType>(ssr::math::cost_bound<TestType>());
+  for (index_t n : {1, 2, 3, 4, 7, 8, 9, 16, 21}) {
+    for (index_t rows : {1, 5, 8, 13, 32}) {
+      for (int trial = 0; trial < 3; ++trial) {
+        const index_t stride = n + trial;  // rows may lie apart
+        std::vector<TestType> s(static_cast<std::size_t>(rows * stride));
+        for (auto& e : s) e = static_cast<TestType>(trial == 1 ? small(gen) : normal(gen));  // ties, or spread
+        if (trial == 2) s[0] = static_cast<TestType>(-1e30);                                 // below -bound
+        for (TestType scale : {TestType(1), TestType(2)}) {
+          check_columns_in_lanes<TestType, 1, false>(s.data(), stride, rows, n, scale, bound);  // the AVX2 copy
+#if defined(SSR_VECTOR_EXTENSIONS) && defined(SSR_COLUMNS_SHUFFLE)
+          constexpr int L = 16 / static_cast<int>(sizeof(TestType));  // 4 floats, 2 doubles; then twice
+          check_columns_in_lanes<TestType, L, false>(s.data(), stride, rows, n, scale, bound);
+          check_columns_in_lanes<TestType, L, true>(s.data(), stride, rows, n, scale, bound);
+          check_columns_in_lanes<TestType, 2 * L, false>(s.data(), stride, rows, n, scale, bound);
+          check_columns_in_lanes<TestType, 2 * L, true>(s.data(), stride, rows, n, scale, bound);
+          if constexpr (4 * L <= columns::tile) {
+            check_columns_in_lanes<TestType, 4 * L, false>(s.data(), stride, rows, n, scale, bound);
+            check_columns_in_lanes<TestType, 4 * L, true>(s.data(), stride, rows, n, scale, bound);
+          }
+#endif
+          // The one-lane copy is the layout: x[(t * n + j) * tile + q] = s[(t * tile + q) * stride + j].
+          const index_t whole = (rows + columns::tile - 1) / columns::tile * columns::tile;  // rows in whole tiles
+          std::vector<TestType> x(static_cast<std::size_t>(whole * n));
+          columns::tiles_in_lanes<TestType, 1, false>(s.data(), stride, rows, n, scale, bound, x.data());
+          for (index_t i = 0; i < whole; ++i)
+            for (index_t j = 0; j < n; ++j)
+              REQUIRE(x[static_cast<std::size_t>((i / columns::tile * n + j) * columns::tile + i % columns::tile)] ==
+                      s[static_cast<std::size_t>(std::min(i, rows - 1) * stride + j)]);
+        }
+      }
+    }
+  }
 }
 
 TEMPLATE_TEST_CASE("the vector top-k is math::topk, ties included", "[simd]", float, double) {
@@ -286,10 +354,10 @@ TEMPLATE_TEST_CASE("a group of tiles of softmax top-k is math::topk and math::sc
               s[static_cast<std::size_t>(i * stride + j)] =
                   static_cast<TestType>(trial % 2 ? small(gen) / 4.0 : normal(gen));  // ties, or spread
           Padded<TestType> x(V::group_rows * n);
+          V::load_tiles(s.data(), stride, rows, n, x.data);
           for (index_t i0 = 0; i0 < rows; i0 += V::tile) {
             const index_t in_tile = std::min<index_t>(V::tile, rows - i0);
-            V::load_tile(s.data() + i0 * stride, stride, in_tile, n, x.data + i0 * n);
-            for (index_t q = 0; q < V::tile; ++q)  // by columns; rows past the tile's last repeat it
+            for (index_t q = 0; q < V::tile; ++q)  // by columns; rows past the last tile's last repeat it
               for (index_t j = 0; j < n; ++j)
                 REQUIRE(x.data[i0 * n + j * V::tile + q] ==
                         s[static_cast<std::size_t>((i0 + std::min(q, in_tile - 1)) * stride + j)]);
@@ -413,7 +481,7 @@ TEST_CASE("a tile with a non-finite logit is left to the caller", "[simd]") {
     std::vector<float> s(static_cast<std::size_t>(V::tile * n), 0.5f);
     for (index_t j = 0; j < n; ++j) s[static_cast<std::size_t>(3 * n + j)] = bad;  // a whole row
     Padded<float> x(V::tile * n);
-    V::load_tile(s.data(), n, V::tile, n, x.data);
+    V::load_tiles(s.data(), n, V::tile, n, x.data);
     std::vector<std::int32_t> experts(static_cast<std::size_t>(V::tile * 2));
     std::vector<float> weights(static_cast<std::size_t>(V::tile * 2));
     REQUIRE_FALSE(V::topk_tiles_weights(ssr::Weights::scores, x.data, n, nullptr, 2, V::tile,
@@ -437,8 +505,7 @@ TEMPLATE_TEST_CASE("a group of tiles' plan weights are math::normalised_weights,
         for (index_t i = 0; i < rows; ++i)
           for (index_t j = 0; j < n; ++j)
             q[static_cast<std::size_t>(i * np + j)] = static_cast<TestType>(ties ? small(gen) / 4.0 : u(gen));
-        for (index_t i0 = 0; i0 < rows; i0 += V::tile)
-          V::load_tile(q.data() + i0 * np, np, std::min<index_t>(V::tile, rows - i0), n, x.data + i0 * n);
+        V::load_tiles(q.data(), np, rows, n, x.data);
         for (int k = 1; k <= std::min<int>(V::tile_k, static_cast<int>(n)); ++k) {
           std::vector<std::int32_t> experts(static_cast<std::size_t>(rows * k)), want(static_cast<std::size_t>(k));
           std::vector<TestType> weights(static_cast<std::size_t>(rows * k));
@@ -463,5 +530,29 @@ TEMPLATE_TEST_CASE("a group of tiles' plan weights are math::normalised_weights,
         }
       }
     }
+  }
+}
+
+TEMPLATE_TEST_CASE("a chosen Q below the least is found however large v makes t", "[simd]", float, double) {
+  using V = ssr::cpu::Simd<TestType>;
+  const index_t n = 3;
+  const TestType least = static_cast<TestType>(ssr::math::underflow_threshold<TestType>());
+  Padded<TestType> x(V::tile * n), v(n);
+  const TestType vs[] = {TestType(1), TestType(64), TestType(0.5)};
+  std::copy(vs, vs + n, v.data);
+  for (index_t row = 0; row < V::tile; row += 3) {
+    std::fill(x.data, x.data + V::tile * n, TestType(0));
+    for (index_t i = 0; i < V::tile; ++i) x.data[V::at_tile(i, 0, n)] = TestType(1);  // t = 1: chosen
+    x.data[V::at_tile(row, 0, n)] = TestType(0);
+    x.data[V::at_tile(row, 1, n)] = least / 2;  // t = 32 * least: chosen, above least, though Q is not
+    std::vector<std::int32_t> experts(static_cast<std::size_t>(V::tile));
+    std::vector<TestType> weights(static_cast<std::size_t>(V::tile));
+    INFO("row " << row);
+    REQUIRE_FALSE(V::topk_tiles_weights(ssr::Weights::plan, x.data, n, v.data, 1, V::tile, {experts.data(), V::tile, 1},
+                                        {weights.data(), V::tile, 1}, least));
+    x.data[V::at_tile(row, 1, n)] = least;  // at the least: taken
+    REQUIRE(V::topk_tiles_weights(ssr::Weights::plan, x.data, n, v.data, 1, V::tile, {experts.data(), V::tile, 1},
+                                  {weights.data(), V::tile, 1}, least));
+    REQUIRE(experts[static_cast<std::size_t>(row)] == 1);
   }
 }

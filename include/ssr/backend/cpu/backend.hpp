@@ -213,8 +213,7 @@ class CpuBackend {
     detail::parallel_for(threads_for(m * n), groups, [&](index_t grp) {
       T* x = buffers.rows + V::group_rows * CpuTuning::padded(n) * detail::thread_id();  // aligned
       const index_t i0 = grp * V::group_rows, rows = std::min(V::group_rows, m - i0);
-      for (index_t i = i0; i < i0 + rows; i += V::tile)  // a last, partial tile repeats its last row
-        V::load_tile(s.row(i), s.stride, std::min<index_t>(V::tile, i0 + rows - i), n, x + (i - i0) * n);
+      V::load_tiles(s.row(i0), s.stride, rows, n, x);  // a last, partial tile repeats its last row
       const MatrixView<std::int32_t> experts(out.experts.row(i0), rows, k, out.experts.stride);
       const MatrixView<T> weights(out.weights.row(i0), rows, k, out.weights.stride);
       if (!V::topk_tiles_weights(Weights::scores, x, n, nullptr, k, rows, experts, weights)) {

@@ -6,7 +6,7 @@
 //   topk_tiles_weights = math::topk over tiles of rows (topk::tiles, topk.hpp), and
 //                 math::normalised_weights (bit for bit) or math::score_weights (softmax scores, within 3 ulps);
 //   exp_row     = std::exp within 2 float ulps (float), Eigen's exp (double);
-//   float_kernel_tile = kernel_row (where float_kernel holds) of each row of a tile, bit for bit;
+//   float_kernel_tiles = kernel_row (where float_kernel holds) of each row, into tiles, bit for bit;
 //   pass_tiles  = the scaled row update t = Q_i * v, r = sum t, plan row t / r, over tiles by columns.
 #pragma once
 
@@ -19,6 +19,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "ssr/backend/cpu/columns.hpp"
 #include "ssr/backend/cpu/exp.hpp"
 #include "ssr/backend/cpu/pass.hpp"
 #include "ssr/backend/cpu/topk.hpp"
@@ -86,7 +87,7 @@ struct Simd {
     return (bits & ((std::uint64_t{1} << 52) - 1)) == 0 && exponent != 0 && exponent != 0x7ff;
   }
 
-  // Whether a tile's kernel without noise runs in T packets (float_kernel_tile): floats, the linear cost,
+  // Whether a tile's kernel without noise runs in T vectors (float_kernel_tiles): floats, the linear cost,
   // 1 / xi a power of two >= 1 (xi = 0.5, 1). There it gives the double definition's bits: S_ij - max S
   // is exact in double exactly where the float difference is (exponents at most 29 apart), and elsewhere
   // both round to the same float; scaling by 2^k >= 1 is exact but for overflow, which both clamp.
@@ -213,24 +214,12 @@ struct Simd {
   // The packet the tile functions use: `tile` rows' values of one column in whole packets.
   using TilePacket = typename Eigen::internal::find_best_packet<T, tile>::type;
 
-  // Copies `tile` rows from s (row stride `stride`, n columns; rows past `rows` repeat the last) into x by
-  // columns: x[j * tile + q] = s[q * stride + j], x aligned. Square blocks of packets are
-  // transposed in registers (Eigen's ptranspose), the columns past the last whole block one by one.
-  static void load_tile(const T* s, index_t stride, index_t rows, index_t n, T* x) {
-    namespace pk = Eigen::internal;
-    constexpr int L = pk::unpacket_traits<TilePacket>::size;
-    const T* row[tile];
-    for (int q = 0; q < tile; ++q) row[q] = s + std::min<index_t>(q, rows - 1) * stride;
-    index_t j0 = 0;
-    for (; j0 + L <= n; j0 += L)
-      for (int h = 0; h < tile; h += L) {
-        pk::PacketBlock<TilePacket, L> block{};
-        for (int l = 0; l < L; ++l) block.packet[l] = pk::ploadu<TilePacket>(row[h + l] + j0);
-        pk::ptranspose(block);
-        for (int l = 0; l < L; ++l) pk::pstore(x + (j0 + l) * tile + h, block.packet[l]);
-      }
-    for (index_t j = j0; j < n; ++j)
-      for (int q = 0; q < tile; ++q) x[j * tile + q] = row[q][j];
+  // Copies `rows` rows of s (row stride `stride`, n columns) into ceil(rows / tile) tiles by columns, one
+  // after another: x[(t * n + j) * tile + q] = s[(t * tile + q) * stride + j]; a last, partial tile repeats
+  // its last row (columns::tiles, columns.hpp).
+  static void load_tiles(const T* s, index_t stride, index_t rows, index_t n, T* x) {
+    static_assert(columns::tile == tile, "one tile");
+    columns::tiles<T, false>(s, stride, rows, n, T(0), T(0), x);
   }
 
   // One column of a tile: a value per row, whole packets.
@@ -273,16 +262,24 @@ struct Simd {
     const bool found = v ? topk::tiles<T, K, G, true>(x, n, count, v, value[0], index[0], group_rows)
                          : topk::tiles<T, K, G, false>(x, n, count, nullptr, value[0], index[0], group_rows);
     if (!found) return false;
+    // Where Q_ij < least, t = Q_ij * v_j rounds to at most least * max v: a tile whose chosen values are all
+    // above that has every chosen Q at least `least`, and only other tiles look their Q up.
+    const T above = v && least > -std::numeric_limits<T>::infinity() ? least * *std::max_element(v, v + n) : least;
     for (index_t g = 0; g < count; ++g) {
       const index_t i0 = g * tile, in_tile = std::min<index_t>(tile, rows - i0);
       const T* x_tile = x + g * n * tile;
       std::int32_t at[K][tile];  // the chosen experts (a loop the compiler vectorises)
       for (int r = 0; r < K; ++r)
         for (int q = 0; q < tile; ++q) at[r][q] = static_cast<std::int32_t>(index[r][i0 + q]);
-      if (least > -std::numeric_limits<T>::infinity())
-        for (index_t q = 0; q < in_tile; ++q)
-          for (int r = 0; r < K; ++r)
-            if (!(x_tile[static_cast<index_t>(at[r][q]) * tile + q] >= least)) return false;
+      if (least > -std::numeric_limits<T>::infinity()) {
+        int low = 0;  // chosen values at or below `above` (a loop the compiler vectorises)
+        for (int r = 0; r < K; ++r)
+          for (int q = 0; q < tile; ++q) low += value[r][i0 + q] > above ? 0 : 1;
+        if (low > 0)
+          for (index_t q = 0; q < in_tile; ++q)
+            for (int r = 0; r < K; ++r)
+              if (!(x_tile[static_cast<index_t>(at[r][q]) * tile + q] >= least)) return false;
+      }
       for (index_t q = 0; q < in_tile; ++q)
         for (int r = 0; r < K; ++r) experts(i0 + q, r) = at[r][q];
       tile_weights<K>(form, value, i0, in_tile, MatrixView<T>(weights.row(i0), in_tile, K, weights.stride));
@@ -327,17 +324,12 @@ struct Simd {
   static constexpr index_t tile_offset(index_t i, index_t n) { return i / tile * n * tile; }
   static constexpr index_t at_tile(index_t i, index_t j, index_t n) { return tile_offset(i, n) + j * tile + i % tile; }
 
-  // kernel_row, where float_kernel holds, of every row of a tile by columns, in place (n columns):
+  // kernel_row, where float_kernel holds, of `rows` rows of s into tiles as load_tiles lays them out:
   // K_ij = max((S_ij - max S) * scale, -bound) with scale = 1 / xi. This is kernel_row's
   // clamp(clamp(S_ij - max S, +-bound) * scale, -bound, 0): the difference d is at most 0, and where it
   // is below -bound, so is d * scale (scale >= 1).
-  static void float_kernel_tile(T* x, index_t n, T bound, T scale) {
-    Column top = At<const Column>(x);
-    for (index_t j = 1; j < n; ++j) top = top.max(At<const Column>(x + j * tile));
-    for (index_t j = 0; j < n; ++j) {
-      At<Column> k(x + j * tile);
-      k = ((k - top) * scale).max(-bound);
-    }
+  static void float_kernel_tiles(const T* s, index_t stride, index_t rows, index_t n, T bound, T scale, T* x) {
+    columns::tiles<T, true>(s, stride, rows, n, scale, bound, x);
   }
 
   // Sets lanes [rows, tile) of every column of a tile by columns to value (nothing for a full tile).

@@ -108,6 +108,7 @@ class Sinkhorn {
     const math::ColumnTarget target = math::column_target(rows_total, n);
     const T tiny = static_cast<T>(math::underflow_threshold<T>());
     const bool float_form = !spec.noisy() && V::float_kernel(spec);
+    const auto bound = static_cast<T>(math::cost_bound<T>()), scale = static_cast<T>(1.0 / spec.sinkhorn.xi);
     bool done = false, absorb = false;
     int iterations = 0;
     double err = 0;
@@ -137,15 +138,14 @@ class Sinkhorn {
       SSR_OMP(for schedule(static))
       for (index_t blk = 0; blk < blocks; ++blk) {
         const auto [t0, t1] = block_tiles(blk);
-        for (index_t tl = t0; tl < t1; ++tl) {
-          const index_t i0 = tl * tile, rows = rows_of(tl);
-          T* ktile = logk + tl * size;
-          if (float_form) {
-            V::load_tile(s.row(i0), s.stride, rows, n, ktile);
-            V::float_kernel_tile(ktile, n, static_cast<T>(math::cost_bound<T>()),
-                                 static_cast<T>(1.0 / spec.sinkhorn.xi));
-          } else {
-            for (index_t r = 0; r < rows; ++r) {
+        if (float_form) {
+          V::float_kernel_tiles(s.row(t0 * tile), s.stride, std::min(m, t1 * tile) - t0 * tile, n, bound, scale,
+                                logk + t0 * size);
+        } else {
+          for (index_t tl = t0; tl < t1; ++tl) {
+            const index_t i0 = tl * tile;
+            T* ktile = logk + tl * size;
+            for (index_t r = 0; r < rows_of(tl); ++r) {
               if (spec.noisy()) math::noise_row(spec, i0 + r, n, z);
               V::kernel_row(s.row(i0 + r), n, np, spec, spec.noisy() ? z : nullptr, s_buf, x, t_buf);
               for (index_t j = 0; j < n; ++j) ktile[j * tile + r] = t_buf[j];
@@ -154,8 +154,8 @@ class Sinkhorn {
                     spec, n, [z](index_t j) { return z[j]; }, out.noise.row(i0 + r));
             }
           }
-          V::fill_lanes(ktile, n, rows, -std::numeric_limits<T>::infinity());
         }
+        V::fill_lanes(logk + (t1 - 1) * size, n, rows_of(t1 - 1), -std::numeric_limits<T>::infinity());
         if (float_form && !out.noise.empty())
           for (index_t i = t0 * tile; i < std::min(m, t1 * tile); ++i)
             math::noise_output(

@@ -1,0 +1,159 @@
+// The CPU backend's copy of rows into tiles held by columns, and the float kernel over it (for
+// Simd::load_tiles and Simd::float_kernel_tiles), written once over GNU vectors (lanes.hpp): in vectors of
+// a tile's column (8 floats) or less, and with AVX2 where a baseline x86-64 build runs on a processor that
+// has it. Every width and path gives the same bits: the work is moves, maxima, one subtraction, one
+// multiplication and a clamp.
+//
+// `rows` rows of s (row stride `stride`, n columns) become ceil(rows / tile) tiles one after another, tile
+// t's element (q, j) at x[(t * n + j) * tile + q] = s[(t * tile + q) * stride + j]; a last, partial tile
+// repeats its last row. Square blocks of L rows by L columns are transposed in registers, with
+// __builtin_shufflevector (GCC 12, Clang); the columns past the last whole block, and every column where
+// the compiler has no shuffle, are copied one value at a time.
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "ssr/backend/cpu/lanes.hpp"
+#include "ssr/view.hpp"
+
+#if defined(SSR_VECTOR_EXTENSIONS) && defined(__has_builtin)
+#if __has_builtin(__builtin_shufflevector)
+#define SSR_COLUMNS_SHUFFLE 1
+#endif
+#endif
+// Loops over a block's vectors unrolled, so that its arrays of vectors stay in registers.
+#define SSR_UNROLL _Pragma("GCC unroll 8")
+
+namespace ssr {
+namespace cpu {
+namespace columns {
+inline namespace SSR_LANES_NAMESPACE {
+
+constexpr index_t tile = 8;  // rows a tile (Simd<T>::tile)
+
+// Lanes of T in the vectors of the build's own path: its widest, at most a tile's column; 1 without
+// vector extensions or without shuffles.
+template <class T>
+constexpr int widest() {
+#if defined(SSR_COLUMNS_SHUFFLE)
+  return lanes::widest_lanes<T>(static_cast<int>(tile));
+#else
+  return 1;
+#endif
+}
+
+// One tile from the rows at row[0..tile) (n columns) into x by columns, in vectors of L lanes. Where Top,
+// also the maximum of each row, into top (a tile's column: tile / L vectors): the maximum of finite values,
+// which no order changes.
+template <class T, int L, bool Top>
+SSR_LANES_INLINE void copy_tile(const T* const* row, index_t n, T* x, T* top) {
+  SSR_LANES(V, T, L);
+  constexpr index_t per = tile / L;  // vectors a column
+  V best[per];
+  for (auto& b : best) b = V{} - std::numeric_limits<T>::infinity();
+  index_t j0 = 0;
+#if defined(SSR_COLUMNS_SHUFFLE)
+  if constexpr (L > 1)
+    for (; j0 + L <= n; j0 += L)
+      for (index_t h = 0; h < per; ++h) {
+        V r[L], c[L];
+        SSR_UNROLL for (index_t l = 0; l < L; ++l) std::memcpy(&r[l], row[h * L + l] + j0, sizeof(V));
+        if constexpr (L == 2) {
+          c[0] = __builtin_shufflevector(r[0], r[1], 0, 2);
+          c[1] = __builtin_shufflevector(r[0], r[1], 1, 3);
+        } else if constexpr (L == 4) {
+          const V t0 = __builtin_shufflevector(r[0], r[1], 0, 4, 1, 5),
+                  t1 = __builtin_shufflevector(r[0], r[1], 2, 6, 3, 7),
+                  t2 = __builtin_shufflevector(r[2], r[3], 0, 4, 1, 5),
+                  t3 = __builtin_shufflevector(r[2], r[3], 2, 6, 3, 7);
+          c[0] = __builtin_shufflevector(t0, t2, 0, 1, 4, 5);
+          c[1] = __builtin_shufflevector(t0, t2, 2, 3, 6, 7);
+          c[2] = __builtin_shufflevector(t1, t3, 0, 1, 4, 5);
+          c[3] = __builtin_shufflevector(t1, t3, 2, 3, 6, 7);
+        } else {
+          static_assert(L == 8, "a tile's column holds 2, 4 or 8 lanes");
+          // Pairs of rows interleaved within halves, then pairs of pairs, then the halves exchanged.
+          V t[8], u[8];
+          SSR_UNROLL for (int p = 0; p < 4; ++p) {
+            t[2 * p] = __builtin_shufflevector(r[2 * p], r[2 * p + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+            t[2 * p + 1] = __builtin_shufflevector(r[2 * p], r[2 * p + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+          }
+          SSR_UNROLL for (int p = 0; p < 2; ++p) SSR_UNROLL for (int o = 0; o < 2; ++o) {
+            const V &a = t[4 * p + o], &b = t[4 * p + o + 2];
+            u[4 * p + 2 * o] = __builtin_shufflevector(a, b, 0, 1, 8, 9, 4, 5, 12, 13);
+            u[4 * p + 2 * o + 1] = __builtin_shufflevector(a, b, 2, 3, 10, 11, 6, 7, 14, 15);
+          }
+          SSR_UNROLL for (int l = 0; l < 4; ++l) {
+            c[l] = __builtin_shufflevector(u[l], u[l + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+            c[l + 4] = __builtin_shufflevector(u[l], u[l + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+          }
+        }
+        SSR_UNROLL for (index_t l = 0; l < L; ++l) std::memcpy(x + (j0 + l) * tile + h * L, &c[l], sizeof(V));
+        if constexpr (Top) {  // the block's columns in a tree, then into the running maximum
+          SSR_UNROLL for (index_t d = 1; d < L; d *= 2) SSR_UNROLL for (index_t l = 0; l + d < L; l += 2 * d) c[l] =
+              c[l] < c[l + d] ? c[l + d] : c[l];  // std::max
+          best[h] = best[h] < c[0] ? c[0] : best[h];
+        }
+      }
+#endif
+  for (index_t j = j0; j < n; ++j) {
+    for (index_t q = 0; q < tile; ++q) x[j * tile + q] = row[q][j];
+    if constexpr (Top)
+      for (index_t h = 0; h < per; ++h) {
+        V e;
+        std::memcpy(&e, x + j * tile + h * L, sizeof e);
+        best[h] = best[h] < e ? e : best[h];
+      }
+  }
+  if constexpr (Top) std::memcpy(top, best, sizeof best);
+}
+
+// The tiles of `rows` rows (see the top of this file) in vectors of L lanes; where Kernel, each tile then
+// holds the float kernel of its rows: K_ij = max((S_ij - max_j S_ij) * scale, -bound).
+template <class T, int L, bool Kernel>
+SSR_LANES_INLINE void tiles_in_lanes(const T* s, index_t stride, index_t rows, index_t n, T scale, T bound, T* x) {
+  SSR_LANES(V, T, L);
+  constexpr index_t per = tile / L;
+  const V least = V{} - bound;
+  for (index_t i0 = 0; i0 < rows; i0 += tile, x += n * tile) {
+    const T* row[tile];
+    for (index_t q = 0; q < tile; ++q) row[q] = s + (i0 + std::min(q, rows - 1 - i0)) * stride;
+    alignas(64) T top[tile];
+    copy_tile<T, L, Kernel>(row, n, x, top);
+    if constexpr (Kernel) {
+      V t[per];
+      std::memcpy(t, top, sizeof t);
+      for (index_t j = 0; j < n; ++j)
+        for (index_t h = 0; h < per; ++h) {
+          V e;
+          std::memcpy(&e, x + j * tile + h * L, sizeof e);
+          e = (e - t[h]) * scale;
+          e = e < least ? least : e;  // std::max(e, -bound)
+          std::memcpy(x + j * tile + h * L, &e, sizeof e);
+        }
+    }
+  }
+}
+
+#if defined(SSR_DISPATCH_AVX2)
+template <class T, bool Kernel>
+SSR_TARGET_AVX2 void tiles_avx2(const T* s, index_t stride, index_t rows, index_t n, T scale, T bound, T* x) {
+  tiles_in_lanes<T, 32 / static_cast<int>(sizeof(T)), Kernel>(s, stride, rows, n, scale, bound, x);
+}
+#endif
+
+// The tiles (and, where Kernel, the float kernel) of `rows` rows on the widest path this processor runs.
+template <class T, bool Kernel>
+inline void tiles(const T* s, index_t stride, index_t rows, index_t n, T scale, T bound, T* x) {
+#if defined(SSR_DISPATCH_AVX2) && defined(SSR_COLUMNS_SHUFFLE)
+  if (lanes::has_avx2()) return tiles_avx2<T, Kernel>(s, stride, rows, n, scale, bound, x);
+#endif
+  tiles_in_lanes<T, widest<T>(), Kernel>(s, stride, rows, n, scale, bound, x);
+}
+
+}  // namespace SSR_LANES_NAMESPACE
+}  // namespace columns
+}  // namespace cpu
+}  // namespace ssr
