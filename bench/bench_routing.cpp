@@ -1,6 +1,7 @@
 // Micro-benchmarks, all in one run: the Sinkhorn solve (per solve and per iteration), the same number of
 // iterations of a straightforward two-pass scaling loop and of a straightforward log-domain loop, the
-// machine's single-pass read bound over the same m x n matrix, and the routing throughput of every policy.
+// machine's single-pass read bound over the same m x n matrix, the float exp of as many elements (the
+// setup's exp bound), and the routing throughput of every policy.
 //
 // Every shape of docs/performance.md is registered. Without --benchmark_filter the run leaves out
 // m = 10^6 and the Sinkhorn grid's n >= 128 at m = 65536 (minutes each); pass a filter to run them, e.g.
@@ -160,6 +161,22 @@ void BM_ReadBound(benchmark::State& state) {
   pass_counters<T>(state, 1, m, n);
 }
 
+// The exp bound: the float exp that a solve's setup takes once per element (Q = exp(K), ssr::cpu::fexp::exp
+// on the path this processor runs) from one m x n buffer into another, the least that setup can cost
+// where the exp, not the memory, bounds it.
+void BM_ExpBound(benchmark::State& state) {
+  const ssr::index_t m = state.range(0), n = state.range(1);
+  auto k = logits<float>(m, n);
+  for (auto& e : k) e = std::min(e, 0.0f);  // K <= 0, as the kernel makes it
+  std::vector<float> q(k.size());
+  for (auto _ : state) {
+    ssr::cpu::fexp::exp(k.data(), q.data(), m * n);
+    benchmark::DoNotOptimize(q.data());
+    benchmark::ClobberMemory();
+  }
+  pass_counters<float>(state, 1, m, n);
+}
+
 // Routing throughput of a policy (training calls; the step advances every call, so a selective policy
 // takes the Sinkhorn path with its probability p). Arguments: m, n, k.
 template <class Policy>
@@ -228,6 +245,7 @@ BENCHMARK(BM_LibraryIterations)->Apply(iteration_grid)->Unit(benchmark::kMillise
 BENCHMARK(BM_TwoPassScaling)->Apply(iteration_grid)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_LogDomainStraightforward)->Apply(iteration_grid)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_TEMPLATE(BM_ReadBound, float)->Apply(matrix_grid)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_ExpBound)->Apply(matrix_grid)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Route_SoftmaxTopK)->Apply(policy_shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Route_NoisySoftmaxTopK)->Apply(policy_shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Route_SinkhornTopK_PlanWeights)->Apply(policy_shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();

@@ -265,6 +265,19 @@ struct Simd {
     // Where Q_ij < least, t = Q_ij * v_j rounds to at most least * max v: a tile whose chosen values are all
     // above that has every chosen Q at least `least`, and only other tiles look their Q up.
     const T above = v && least > -std::numeric_limits<T>::infinity() ? least * *std::max_element(v, v + n) : least;
+#if defined(SSR_DISPATCH_AVX2)
+    if (lanes::has_avx2())
+      return tiles_outputs_avx2<K>(form, x, n, value, index, count, rows, least, above, experts, weights);
+#endif
+    return tiles_outputs<K, fexp::widest>(form, x, n, value, index, count, rows, least, above, experts, weights);
+  }
+
+  // The experts and weights of `count` tiles (`rows` rows) from topk::tiles' values and experts (as T); the
+  // float exp of softmax weights in L lanes. False where a chosen Q is below least (see above).
+  template <int K, int L>
+  SSR_LANES_INLINE static bool tiles_outputs(Weights form, const T* x, index_t n, const T (&value)[K][group_rows],
+                                             const T (&index)[K][group_rows], index_t count, index_t rows, T least,
+                                             T above, MatrixView<std::int32_t> experts, MatrixView<T> weights) {
     for (index_t g = 0; g < count; ++g) {
       const index_t i0 = g * tile, in_tile = std::min<index_t>(tile, rows - i0);
       const T* x_tile = x + g * n * tile;
@@ -282,16 +295,28 @@ struct Simd {
       }
       for (index_t q = 0; q < in_tile; ++q)
         for (int r = 0; r < K; ++r) experts(i0 + q, r) = at[r][q];
-      tile_weights<K>(form, value, i0, in_tile, MatrixView<T>(weights.row(i0), in_tile, K, weights.stride));
+      tile_weights<K, L>(form, value, i0, in_tile, MatrixView<T>(weights.row(i0), in_tile, K, weights.stride));
     }
     return true;
   }
 
-  // The weights of one tile's `rows` rows from topk::tiles' values, the tile's lanes starting at `lane`.
+#if defined(SSR_DISPATCH_AVX2)
+  // tiles_outputs compiled for AVX2: its loops over a tile's lanes in 8 floats or 4 doubles, the same bits.
+  template <int K>
+  SSR_TARGET_AVX2 static bool tiles_outputs_avx2(Weights form, const T* x, index_t n, const T (&value)[K][group_rows],
+                                                 const T (&index)[K][group_rows], index_t count, index_t rows, T least,
+                                                 T above, MatrixView<std::int32_t> experts, MatrixView<T> weights) {
+    return tiles_outputs<K, 8>(form, x, n, value, index, count, rows, least, above, experts, weights);
+  }
+#endif
+
+  // The weights of one tile's `rows` rows from topk::tiles' values, the tile's lanes starting at `lane`
+  // (the float exp in L lanes).
   // Each step is a loop over a tile's lanes, which the compiler vectorises (values converted lane by lane
   // into an array then loaded as packets would make each load wait for its stores).
-  template <int K, int V>
-  static void tile_weights(Weights form, const T (&value)[K][V], index_t lane, index_t rows, MatrixView<T> weights) {
+  template <int K, int L, int V>
+  SSR_LANES_INLINE static void tile_weights(Weights form, const T (&value)[K][V], index_t lane, index_t rows,
+                                            MatrixView<T> weights) {
     double part[K][tile], sum[tile] = {};
     if (form == Weights::plan) {  // math::normalised_weights, row by row in the same order
       for (int r = 0; r < K; ++r)
@@ -304,7 +329,12 @@ struct Simd {
       alignas(64) T term[K][tile];
       for (int r = 1; r < K; ++r)
         for (int q = 0; q < tile; ++q) term[r][q] = value[r][lane + q] - value[0][lane + q];
-      if (K > 1) exp_row(term[1], term[1], (K - 1) * tile);
+      if constexpr (K > 1) {  // the float exp in L lanes: the same bits as exp_row's
+        if constexpr (std::is_same<T, float>::value)
+          fexp::exp_in_lanes<L>(term[1], term[1], (K - 1) * tile);
+        else
+          exp_row(term[1], term[1], (K - 1) * tile);
+      }
       std::fill(sum, sum + tile, 1.0);
       for (int r = 1; r < K; ++r)
         for (int q = 0; q < tile; ++q) part[r][q] = static_cast<double>(term[r][q]);
