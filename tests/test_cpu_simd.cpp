@@ -49,13 +49,14 @@ TEMPLATE_TEST_CASE("the vector kernel row is math::cost_row then math::kernel_ro
           std::vector<TestType> s(static_cast<std::size_t>(n));
           for (auto& v : s)
             v = static_cast<TestType>(std::min(scale * normal(gen), 0.5 * std::numeric_limits<TestType>::max()));
-          std::vector<double> z(static_cast<std::size_t>(np), 0.0), x(static_cast<std::size_t>(np)),
-              ref_x(static_cast<std::size_t>(n));
-          if (alpha > 0) ssr::math::noise_row(spec, 3, n, z.data());
+          std::vector<double> ref_x(static_cast<std::size_t>(n));
+          Padded<double> z(n), x(n);  // aligned, as kernel_row's buffers are
+          std::fill(z.data, z.data + np, 0.0);
+          if (alpha > 0) ssr::math::noise_row(spec, 3, n, z.data);
           Padded<TestType> s_buf(n), k(n);
-          V::kernel_row(s.data(), n, np, spec, alpha > 0 ? z.data() : nullptr, s_buf.data, x.data(), k.data);
+          V::kernel_row(s.data(), n, np, spec, alpha > 0 ? z.data : nullptr, s_buf.data, x.data, k.data);
           ssr::math::cost_row<TestType>(
-              n, cost, [&](index_t j) { return s[j]; }, alpha > 0 ? z.data() : nullptr, ref_x.data());
+              n, cost, [&](index_t j) { return s[j]; }, alpha > 0 ? z.data : nullptr, ref_x.data());
           std::vector<TestType> ref(static_cast<std::size_t>(n));
           ssr::math::kernel_row<TestType>(n, ref_x.data(), spec.sinkhorn.xi, ref.data());
           INFO("n " << n << " cost " << ssr::to_string(cost) << " alpha " << alpha << " scale " << scale << " xi "
@@ -83,11 +84,11 @@ TEST_CASE("the float kernel of tiles is the kernel row of each of their rows", "
           std::vector<float> s(static_cast<std::size_t>(rows * stride));
           for (auto& e : s) e = static_cast<float>(std::min(scale * normal(gen), 1e38));
           Padded<float> tiles((rows + V::tile - 1) / V::tile * V::tile * n), s_buf(n), row(n);
-          std::vector<double> x(static_cast<std::size_t>(np));
+          Padded<double> x(n);  // aligned, as kernel_row's buffers are
           V::float_kernel_tiles(s.data(), stride, rows, n, static_cast<float>(ssr::math::cost_bound<float>()),
                                 static_cast<float>(1.0 / xi), tiles.data);
           for (index_t i = 0; i < rows; ++i) {
-            V::kernel_row(s.data() + i * stride, n, np, spec, nullptr, s_buf.data, x.data(), row.data);
+            V::kernel_row(s.data() + i * stride, n, np, spec, nullptr, s_buf.data, x.data, row.data);
             INFO("n " << n << " rows " << rows << " xi " << xi << " scale " << scale << " row " << i);
             for (index_t j = 0; j < n; ++j)
               REQUIRE(std::memcmp(&tiles.data[V::at_tile(i, j, n)], &row.data[j], sizeof(float)) == 0);

@@ -91,9 +91,10 @@ SSR_LANES_INLINE void copy_tile(const T* const* row, index_t n, T* x, T* top) {
           }
         }
         SSR_UNROLL for (index_t l = 0; l < L; ++l) std::memcpy(x + (j0 + l) * tile + h * L, &c[l], sizeof(V));
-        if constexpr (Top) {  // the block's columns in a tree, then into the running maximum
-          SSR_UNROLL for (index_t d = 1; d < L; d *= 2) SSR_UNROLL for (index_t l = 0; l + d < L; l += 2 * d) c[l] =
-              c[l] < c[l + d] ? c[l + d] : c[l];  // std::max
+        if constexpr (Top) {  // the block's columns in a tree (std::max), then into the running maximum
+          SSR_UNROLL for (index_t d = 1; d < L; d *= 2) {
+            SSR_UNROLL for (index_t l = 0; l + d < L; l += 2 * d) c[l] = c[l] < c[l + d] ? c[l + d] : c[l];
+          }
           best[h] = best[h] < c[0] ? c[0] : best[h];
         }
       }
@@ -157,3 +158,5 @@ inline void tiles(const T* s, index_t stride, index_t rows, index_t n, T scale, 
 }  // namespace columns
 }  // namespace cpu
 }  // namespace ssr
+
+#undef SSR_UNROLL

@@ -211,9 +211,6 @@ struct Simd {
   static constexpr int tile = 8;
   static constexpr int tile_k = 8;
 
-  // The packet the tile functions use: `tile` rows' values of one column in whole packets.
-  using TilePacket = typename Eigen::internal::find_best_packet<T, tile>::type;
-
   // Copies `rows` rows of s (row stride `stride`, n columns) into ceil(rows / tile) tiles by columns, one
   // after another: x[(t * n + j) * tile + q] = s[(t * tile + q) * stride + j]; a last, partial tile repeats
   // its last row (columns::tiles, columns.hpp).
@@ -310,10 +307,9 @@ struct Simd {
   }
 #endif
 
-  // The weights of one tile's `rows` rows from topk::tiles' values, the tile's lanes starting at `lane`
-  // (the float exp in L lanes).
-  // Each step is a loop over a tile's lanes, which the compiler vectorises (values converted lane by lane
-  // into an array then loaded as packets would make each load wait for its stores).
+  // The weights of one tile's `rows` rows from topk::tiles' values, the tile's lanes starting at `lane`, the
+  // float exp in L lanes. Each step is a loop over a tile's lanes, which the compiler vectorises (values
+  // converted lane by lane into an array then loaded as packets would make each load wait for its stores).
   template <int K, int L, int V>
   SSR_LANES_INLINE static void tile_weights(Weights form, const T (&value)[K][V], index_t lane, index_t rows,
                                             MatrixView<T> weights) {
