@@ -4,13 +4,15 @@
 //
 // For each row of `count` tiles (at most a block's rows; padding rows zeros), with v spread over a tile's
 // columns (vt[j * tile + l] = v_j): t = Q_i * v and r = sum_j t_j (into row_sum, a tile's 8 rows at a
-// time), and the column sums of the plan rows t / r over all the rows (into part, n elements). First each
-// tile's r and 1 / r, then the column sums four columns at a time over every tile, in registers. A vector
-// holds whole columns of a tile, or two adjacent ones (16 floats with AVX-512). The order is fixed: r adds
-// the columns j = 0, 1, 2, 3 (mod 4) in four sums, then (0 + 2) + (1 + 3); each lane of a column sum adds
-// its rows in order, then the 8 lanes fold in halves: lane l + lane l + 4, then + 2, then + 1. A real
-// row's r is at least exp(-math::absorb_bound) (Q has a 1 in it), far above the least normal T, which keeps a
-// padding row's 0 * (1 / r) at 0.
+// time), and the column sums of the plan rows t / r over all the rows (into part, n elements), as
+// v_j * sum_i Q_ij / r_i: one product a column, not one an element. First each tile's r and 1 / r, then
+// the column sums four columns at a time over every tile, in registers. A vector holds whole columns of a
+// tile, or two adjacent ones (16 floats with AVX-512). The order is fixed: r adds the columns j = 0, 1, 2,
+// 3 (mod 4) in four sums, then (0 + 2) + (1 + 3); each lane of a column sum adds its rows in order, then
+// the 8 lanes fold in halves: lane l + lane l + 4, then + 2, then + 1, and the sum is multiplied by v_j. A
+// real row's r is at least Q_ij v_j for each j (Q has a 1 in it, v is within exp(+-math::absorb_bound)),
+// so Q_ij / r_i is at most exp(absorb_bound) and a column's sum stays far from overflow; r is far above
+// the least normal T, which keeps a padding row's 0 * (1 / r) at 0.
 #pragma once
 
 #include <algorithm>
@@ -57,7 +59,7 @@ SSR_LANES_INLINE T fold(T* a, index_t w) {
   return a[0];
 }
 
-// part[j] for the 2P columns [j0, j0 + 2P): sum_i (Q_ij * v_j) * inv_i, in vectors of L lanes (two
+// part[j] for the 2P columns [j0, j0 + 2P): v_j * sum_i Q_ij * inv_i, in vectors of L lanes (two
 // adjacent columns take 2 * tile / L of them); inv holds each tile's 1 / r twice, so that it multiplies
 // two columns at once.
 template <class T, int L, int P>
@@ -65,9 +67,7 @@ SSR_LANES_INLINE void column_sums(const T* q, const T* vt, index_t n, index_t co
                                   T* part) {
   SSR_LANES(V, T, L);
   constexpr index_t per_pair = 2 * tile / L;
-  V acc[P][per_pair] = {}, vc[P][per_pair];
-  for (index_t c = 0; c < P; ++c)
-    for (index_t h = 0; h < per_pair; ++h) std::memcpy(&vc[c][h], vt + (j0 + 2 * c) * tile + h * L, sizeof(V));
+  V acc[P][per_pair] = {};
   for (index_t tl = 0; tl < count; ++tl) {
     const T* x = q + (tl * n + j0) * tile;
     V w[per_pair];
@@ -76,7 +76,7 @@ SSR_LANES_INLINE void column_sums(const T* q, const T* vt, index_t n, index_t co
       for (index_t h = 0; h < per_pair; ++h) {
         V e;
         std::memcpy(&e, x + 2 * c * tile + h * L, sizeof e);
-        acc[c][h] += (e * vc[c][h]) * w[h];
+        acc[c][h] += e * w[h];
       }
   }
   for (index_t c = 0; c < P; ++c) {
@@ -96,13 +96,13 @@ SSR_LANES_INLINE void column_sums(const T* q, const T* vt, index_t n, index_t co
           e += __builtin_shufflevector(e, e, 4, 5, 6, 7, 0, 1, 2, 3);
           e += __builtin_shufflevector(e, e, 2, 3, 0, 1, 6, 7, 4, 5);
           e += __builtin_shufflevector(e, e, 1, 0, 3, 2, 5, 4, 7, 6);
-          part[j0 + 2 * c + col] = e[0];
+          part[j0 + 2 * c + col] = e[0] * vt[(j0 + 2 * c + col) * tile];
           continue;
         }
 #endif
         T lanes_of[L];
         std::memcpy(lanes_of, &e, sizeof lanes_of);
-        part[j0 + 2 * c + col] = fold(lanes_of, L);
+        part[j0 + 2 * c + col] = fold(lanes_of, L) * vt[(j0 + 2 * c + col) * tile];
       }
     } else {
 #if defined(SSR_SHUFFLE_VECTOR)
@@ -111,8 +111,8 @@ SSR_LANES_INLINE void column_sums(const T* q, const T* vt, index_t n, index_t co
       e += __builtin_shufflevector(e, e, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
       e += __builtin_shufflevector(e, e, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
       e += __builtin_shufflevector(e, e, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
-      part[j0 + 2 * c] = e[0];
-      part[j0 + 2 * c + 1] = e[tile];
+      part[j0 + 2 * c] = e[0] * vt[(j0 + 2 * c) * tile];
+      part[j0 + 2 * c + 1] = e[tile] * vt[(j0 + 2 * c + 1) * tile];
 #else
       static_assert(L <= tile, "two columns in one vector need __builtin_shufflevector (widest caps L)");
 #endif
@@ -192,11 +192,11 @@ SSR_LANES_INLINE void scaled_in_lanes(const T* q, const T* vt, index_t n, index_
       V e[per_pair] = {}, w[per_pair];
       std::memcpy(e, q + (tl * n + j0) * tile, tile * sizeof(T));
       std::memcpy(w, inv + 2 * tl * tile, sizeof w);
-      for (index_t h = 0; h < per_pair; ++h) acc[h] += (e[h] * vj) * w[h];
+      for (index_t h = 0; h < per_pair; ++h) acc[h] += e[h] * w[h];
     }
     T a[2 * tile];
     std::memcpy(a, acc, sizeof a);
-    part[j0] = fold(a, tile);  // the same halves as column_sums folds
+    part[j0] = fold(a, tile) * vj;  // the same halves as column_sums folds
   }
 }
 
