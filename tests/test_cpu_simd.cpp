@@ -120,7 +120,7 @@ void check_columns_in_lanes(const T* s, index_t stride, index_t rows, index_t n,
   columns::tiles_in_lanes<T, L, Kernel>(s, stride, rows, n, scale, bound, got.data());
   INFO("lanes " << L << " kernel " << Kernel << " rows " << rows << " n " << n);
   REQUIRE(std::memcmp(got.data(), want.data(), got.size() * sizeof(T)) == 0);  // nothing written past the end
-#if defined(SSR_DISPATCH_AVX2) && defined(SSR_COLUMNS_SHUFFLE)
+#if defined(SSR_DISPATCH_AVX2) && defined(SSR_SHUFFLE_VECTOR)
   if (ssr::cpu::lanes::has_avx2()) {
     std::fill(got.begin(), got.end(), T(-1));
     columns::tiles_avx2<T, Kernel>(s, stride, rows, n, scale, bound, got.data());
@@ -149,7 +149,7 @@ TEMPLATE_TEST_CASE(
         if (trial == 2) s[0] = static_cast<TestType>(-1e30);                                 // below -bound
         for (TestType scale : {TestType(1), TestType(2)}) {
           check_columns_in_lanes<TestType, 1, false>(s.data(), stride, rows, n, scale, bound);  // the AVX2 copy
-#if defined(SSR_VECTOR_EXTENSIONS) && defined(SSR_COLUMNS_SHUFFLE)
+#if defined(SSR_VECTOR_EXTENSIONS) && defined(SSR_SHUFFLE_VECTOR)
           constexpr int L = 16 / static_cast<int>(sizeof(TestType));  // 4 floats, 2 doubles; then twice
           check_columns_in_lanes<TestType, L, false>(s.data(), stride, rows, n, scale, bound);
           check_columns_in_lanes<TestType, L, true>(s.data(), stride, rows, n, scale, bound);

@@ -18,11 +18,6 @@
 #include "ssr/backend/cpu/lanes.hpp"
 #include "ssr/view.hpp"
 
-#if defined(SSR_VECTOR_EXTENSIONS) && defined(__has_builtin)
-#if __has_builtin(__builtin_shufflevector)
-#define SSR_COLUMNS_SHUFFLE 1
-#endif
-#endif
 // Loops over a block's vectors unrolled, so that its arrays of vectors stay in registers.
 #define SSR_UNROLL _Pragma("GCC unroll 8")
 
@@ -37,7 +32,7 @@ constexpr index_t tile = 8;  // rows a tile (Simd<T>::tile)
 // vector extensions or without shuffles.
 template <class T>
 constexpr int widest() {
-#if defined(SSR_COLUMNS_SHUFFLE)
+#if defined(SSR_SHUFFLE_VECTOR)
   return lanes::widest_lanes<T>(static_cast<int>(tile));
 #else
   return 1;
@@ -54,7 +49,7 @@ SSR_LANES_INLINE void copy_tile(const T* const* row, index_t n, T* x, T* top) {
   V best[per];
   for (auto& b : best) b = V{} - std::numeric_limits<T>::infinity();
   index_t j0 = 0;
-#if defined(SSR_COLUMNS_SHUFFLE)
+#if defined(SSR_SHUFFLE_VECTOR)
   if constexpr (L > 1)
     for (; j0 + L <= n; j0 += L)
       for (index_t h = 0; h < per; ++h) {
@@ -148,7 +143,7 @@ SSR_TARGET_AVX2 void tiles_avx2(const T* s, index_t stride, index_t rows, index_
 // The tiles (and, where Kernel, the float kernel) of `rows` rows on the widest path this processor runs.
 template <class T, bool Kernel>
 inline void tiles(const T* s, index_t stride, index_t rows, index_t n, T scale, T bound, T* x) {
-#if defined(SSR_DISPATCH_AVX2) && defined(SSR_COLUMNS_SHUFFLE)
+#if defined(SSR_DISPATCH_AVX2) && defined(SSR_SHUFFLE_VECTOR)
   if (lanes::has_avx2()) return tiles_avx2<T, Kernel>(s, stride, rows, n, scale, bound, x);
 #endif
   tiles_in_lanes<T, widest<T>(), Kernel>(s, stride, rows, n, scale, bound, x);

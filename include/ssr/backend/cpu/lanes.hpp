@@ -22,6 +22,13 @@
 #define SSR_LANES_INLINE inline
 #define SSR_LANES_NAMESPACE one_lane
 #endif
+// Lanes are shuffled with __builtin_shufflevector where the compiler has it (GCC 12, Clang); code without
+// it takes the same values through scalars.
+#if defined(SSR_VECTOR_EXTENSIONS) && defined(__has_builtin)
+#if __has_builtin(__builtin_shufflevector)
+#define SSR_SHUFFLE_VECTOR 1
+#endif
+#endif
 #if defined(SSR_VECTOR_EXTENSIONS) && (defined(__x86_64__) || defined(__i386__)) && !defined(__AVX2__)
 #define SSR_DISPATCH_AVX2 1
 #define SSR_TARGET_AVX2 __attribute__((target("avx2")))

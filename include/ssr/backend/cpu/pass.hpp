@@ -23,14 +23,6 @@
 #include "ssr/backend/cpu/tuning.hpp"
 #include "ssr/view.hpp"
 
-// Lanes are shuffled with __builtin_shufflevector where the compiler has it (GCC 12, Clang); else the
-// folds go through scalars, in the same order.
-#if defined(SSR_VECTOR_EXTENSIONS) && defined(__has_builtin)
-#if __has_builtin(__builtin_shufflevector)
-#define SSR_SHUFFLE_VECTOR 1
-#endif
-#endif
-
 namespace ssr {
 namespace cpu {
 namespace pass {
