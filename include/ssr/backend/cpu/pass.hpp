@@ -5,8 +5,9 @@
 // For each row of `count` tiles (at most a block's rows; padding rows zeros), with v spread over a tile's
 // columns (vt[j * tile + l] = v_j): t = Q_i * v and r = sum_j t_j (into row_sum, a tile's 8 rows at a
 // time), and the column sums of the plan rows t / r over all the rows (into part, n elements), as
-// v_j * sum_i Q_ij / r_i: one product a column, not one an element. First each tile's r and 1 / r, then
-// the column sums four columns at a time over every tile, in registers. A vector holds whole columns of a
+// v_j * sum_i Q_ij / r_i: one product a column, not one an element. First each tile's r and 1 / r (two
+// tiles at a time, sharing the loads of vt), then the column sums several columns at a time over every
+// tile, in registers. A vector holds whole columns of a
 // tile, or two adjacent ones (16 floats with AVX-512). The order is fixed: r adds the columns j = 0, 1, 2,
 // 3 (mod 4) in four sums, then (0 + 2) + (1 + 3); each lane of a column sum adds its rows in order, then
 // the 8 lanes fold in halves: lane l + lane l + 4, then + 2, then + 1, and the sum is multiplied by v_j. A
@@ -112,60 +113,79 @@ SSR_LANES_INLINE void column_sums(const T* q, const T* vt, index_t n, index_t co
   }
 }
 
-// The pass in vectors of L lanes of T (L divides 2 * tile).
-template <class T, int L>
-SSR_LANES_INLINE void scaled_in_lanes(const T* q, const T* vt, index_t n, index_t count, T* row_sum, T* part) {
+// The column sums from column j0 on, 2P columns a call while they last, then fewer (j0 ends at the last
+// column of an odd n, or at n). P pairs of per_pair vectors keep up to eight sums in flight: fewer would
+// leave the adds waiting on each other's latency. The order of each column's sum does not depend on P.
+template <class T, int L, int P>
+SSR_LANES_INLINE void column_sums_from(const T* q, const T* vt, index_t n, index_t count, const T* inv, index_t& j0,
+                                       T* part) {
+  for (; j0 + 2 * P <= n; j0 += 2 * P) column_sums<T, L, P>(q, vt, n, count, inv, j0, part);
+  if constexpr (P > 1) column_sums_from<T, L, P / 2>(q, vt, n, count, inv, j0, part);
+}
+
+// r and 1 / r for the G tiles from tile t0 (see the top of this file), in vectors of L lanes: the tiles share
+// each load of vt. inv gets each tile's 1 / r twice, so that it multiplies two columns at once.
+template <class T, int L, int G>
+SSR_LANES_INLINE void row_sums(const T* q, const T* vt, index_t n, index_t t0, T* row_sum, T* inv) {
   constexpr index_t per_pair = 2 * tile / L, per_column = L < tile ? tile / L : 1;
   SSR_LANES(V, T, L);
   const V least = V{} + std::numeric_limits<T>::min(), one = V{} + T(1);
-  alignas(64) T inv[2 * CpuTuning::block_elements / CpuTuning::pad];  // 1 / r twice a tile
-  for (index_t tl = 0; tl < count; ++tl) {
-    const T* x = q + tl * n * tile;
-    V r01[per_pair] = {}, r23[per_pair] = {};  // the sums of columns 0 and 1 (mod 4), and of 2 and 3
-    index_t j = 0;
-    for (; j + 4 <= n; j += 4)
-      for (index_t h = 0; h < per_pair; ++h) {
-        V e01, v01, e23, v23;
+  V r01[G][per_pair] = {}, r23[G][per_pair] = {};  // the sums of columns 0 and 1 (mod 4), and of 2 and 3
+  index_t j = 0;
+  for (; j + 4 <= n; j += 4)
+    for (index_t h = 0; h < per_pair; ++h) {
+      V v01, v23;
+      std::memcpy(&v01, vt + j * tile + h * L, sizeof(V));
+      std::memcpy(&v23, vt + (j + 2) * tile + h * L, sizeof(V));
+      for (int g = 0; g < G; ++g) {
+        const T* x = q + (t0 + g) * n * tile;
+        V e01, e23;
         std::memcpy(&e01, x + j * tile + h * L, sizeof(V));
-        std::memcpy(&v01, vt + j * tile + h * L, sizeof(V));
         std::memcpy(&e23, x + (j + 2) * tile + h * L, sizeof(V));
-        std::memcpy(&v23, vt + (j + 2) * tile + h * L, sizeof(V));
-        r01[h] += e01 * v01;
-        r23[h] += e23 * v23;
+        r01[g][h] += e01 * v01;
+        r23[g][h] += e23 * v23;
       }
-    if (j + 2 <= n) {
-      for (index_t h = 0; h < per_pair; ++h) {
-        V e, v;
-        std::memcpy(&e, x + j * tile + h * L, sizeof e);
-        std::memcpy(&v, vt + j * tile + h * L, sizeof v);
-        r01[h] += e * v;
-      }
-      j += 2;
     }
-    if (j < n) {  // the last column of an odd n, in the first tile lanes (zeros after: they add nothing)
+  if (j + 2 <= n) {
+    for (index_t h = 0; h < per_pair; ++h) {
+      V v;
+      std::memcpy(&v, vt + j * tile + h * L, sizeof v);
+      for (int g = 0; g < G; ++g) {
+        V e;
+        std::memcpy(&e, q + ((t0 + g) * n + j) * tile + h * L, sizeof e);
+        r01[g][h] += e * v;
+      }
+    }
+    j += 2;
+  }
+  if (j < n) {  // the last column of an odd n, in the first tile lanes (zeros after: they add nothing)
+    const T vj = vt[j * tile];
+    for (int g = 0; g < G; ++g) {
       V e[per_pair] = {};
-      std::memcpy(e, x + j * tile, tile * sizeof(T));
-      const T vj = vt[j * tile];
+      std::memcpy(e, q + ((t0 + g) * n + j) * tile, tile * sizeof(T));
       for (index_t h = 0; h < per_pair; ++h) {
         if (j % 4 == 0)
-          r01[h] += e[h] * vj;
+          r01[g][h] += e[h] * vj;
         else
-          r23[h] += e[h] * vj;
+          r23[g][h] += e[h] * vj;
       }
     }
-    // r = (0 + 2) + (1 + 3), and 1 / r twice (the two halves of a pair), for the column sums.
+  }
+  // r = (0 + 2) + (1 + 3), and 1 / r twice (the two halves of a pair), for the column sums.
+  for (int g = 0; g < G; ++g) {
+    const index_t tl = t0 + g;
     V w[per_pair];
-    for (index_t h = 0; h < per_pair; ++h) r01[h] += r23[h];
+    for (index_t h = 0; h < per_pair; ++h) r01[g][h] += r23[g][h];
     if constexpr (L <= tile) {
       for (index_t h = 0; h < per_column; ++h) {
-        const V sum = r01[h] + r01[per_column + h];
+        const V sum = r01[g][h] + r01[g][per_column + h];
         std::memcpy(row_sum + tl * tile + h * L, &sum, sizeof sum);
         w[h] = w[per_column + h] = one / (sum < least ? least : sum);
       }
     } else {
 #if defined(SSR_SHUFFLE_VECTOR)
-      const V sum = r01[0] + __builtin_shufflevector(r01[0], r01[0], 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6,
-                                                     7);  // the same sum in both halves
+      const V sum = r01[g][0] + __builtin_shufflevector(r01[g][0], r01[g][0], 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3,
+                                                        4, 5, 6, 7);  // the same sum in both halves
       std::memcpy(row_sum + tl * tile, &sum, tile * sizeof(T));
       w[0] = one / (sum < least ? least : sum);
 #else
@@ -174,16 +194,26 @@ SSR_LANES_INLINE void scaled_in_lanes(const T* q, const T* vt, index_t n, index_
     }
     std::memcpy(inv + 2 * tl * tile, w, sizeof w);
   }
+}
+
+// The pass in vectors of L lanes of T (L divides 2 * tile).
+template <class T, int L>
+SSR_LANES_INLINE void scaled_in_lanes(const T* q, const T* vt, index_t n, index_t count, T* row_sum, T* part) {
+  constexpr index_t per_pair = 2 * tile / L;
+  SSR_LANES(V, T, L);
+  alignas(64) T inv[2 * CpuTuning::block_elements / CpuTuning::pad];  // 1 / r twice a tile
+  index_t tl = 0;
+  for (; tl + 2 <= count; tl += 2) row_sums<T, L, 2>(q, vt, n, tl, row_sum, inv);
+  if (tl < count) row_sums<T, L, 1>(q, vt, n, tl, row_sum, inv);
   index_t j0 = 0;
-  for (; j0 + 4 <= n; j0 += 4) column_sums<T, L, 2>(q, vt, n, count, inv, j0, part);
-  for (; j0 + 2 <= n; j0 += 2) column_sums<T, L, 1>(q, vt, n, count, inv, j0, part);
+  column_sums_from<T, L, (per_pair >= 8 ? 1 : static_cast<int>(8 / per_pair))>(q, vt, n, count, inv, j0, part);
   if (j0 < n) {  // the last column of an odd n, in the first tile lanes of a pair (zeros after)
     V acc[per_pair] = {};
     const T vj = vt[j0 * tile];
-    for (index_t tl = 0; tl < count; ++tl) {
+    for (index_t t = 0; t < count; ++t) {
       V e[per_pair] = {}, w[per_pair];
-      std::memcpy(e, q + (tl * n + j0) * tile, tile * sizeof(T));
-      std::memcpy(w, inv + 2 * tl * tile, sizeof w);
+      std::memcpy(e, q + (t * n + j0) * tile, tile * sizeof(T));
+      std::memcpy(w, inv + 2 * t * tile, sizeof w);
       for (index_t h = 0; h < per_pair; ++h) acc[h] += e[h] * w[h];
     }
     T a[2 * tile];
