@@ -1,14 +1,19 @@
 // The CPU backend's float exp: one formula, written once over lanes, run in the widest vectors the build
-// has, and with AVX2 where a baseline x86-64 build (SSE2, 4 floats) runs on a processor that has it.
+// has, and with AVX2 and FMA where a baseline x86-64 build (SSE2, 4 floats) runs on a processor that has
+// them.
 //
 // The formula: x clamped to [-88, 88] (NaN read as -88, so no conversion is undefined), Cody-Waite
 // reduction to r in [-ln2/2, ln2/2] and a degree-7 polynomial (relative error below 1e-7), 2^k put in the
-// exponent bits; inputs below -88 (-inf included) give 0 or the subnormals just above it, never NaN.
-// Lanes are GNU vectors (lanes.hpp) of 4, 8 or 16 floats, the same bits in every width and path; the last
-// values of a row go through 4 lanes. Without vector extensions (or with SSR_NO_VECTOR_EXTENSIONS or
-// EIGEN_DONT_VECTORIZE defined), a float at a time.
+// exponent bits; inputs below -88 (-inf included) give 0 or the subnormals just above it, never NaN. The
+// reduction and the polynomial's steps are fused multiply-adds (rounded once): half the operations where
+// the processor fuses them, and the same bits where it does not (std::fma, exact, a lane at a time: a
+// baseline build's own 4-lane code is then several times slower, which only processors without AVX2 and
+// FMA run). Lanes are GNU vectors (lanes.hpp) of 4, 8 or 16 floats, the same bits in every width, path
+// and build; the last values of a row go through 4 lanes. Without vector extensions (or with
+// SSR_NO_VECTOR_EXTENSIONS or EIGEN_DONT_VECTORIZE defined), a float at a time.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -22,6 +27,20 @@ inline namespace SSR_LANES_NAMESPACE {
 
 // Floats in the widest vector (1 without vector extensions).
 constexpr int widest = lanes::widest_lanes<float>(16);
+
+// y = a * b + c rounded once (a fused multiply-add) in each of L lanes: one instruction a vector where the
+// target has FMA (the AVX2 path, AArch64), else a call to std::fma a lane, exact everywhere but slow. A
+// statement over arrays, as no vector is passed to a function (and GCC reads no lane of a vector whose
+// width is a template's argument); the copies stay in registers.
+#define SSR_FUSED(L, y, a, b, c)                                                \
+  do {                                                                          \
+    float y_[L], a_[L], b_[L], c_[L];                                           \
+    std::memcpy(a_, &(a), sizeof a_);                                           \
+    std::memcpy(b_, &(b), sizeof b_);                                           \
+    std::memcpy(c_, &(c), sizeof c_);                                           \
+    for (int l_ = 0; l_ < (L); ++l_) y_[l_] = std::fma(a_[l_], b_[l_], c_[l_]); \
+    std::memcpy(&(y), y_, sizeof y_);                                           \
+  } while (false)
 
 // exp of L floats (L a power of two up to 16) from in to out, unaligned: on whole vectors (no calls, so
 // no vector crosses a function boundary in a build without its registers), or a float at a time without
@@ -51,15 +70,24 @@ SSR_LANES_INLINE void exp_lanes(const float* in, float* out) {
   x = lo < x ? x : lo;
   x = hi < x ? hi : x;
   // k = round(x / ln2): 1.5 * 2^23 + k is a float whose last bits are k (ulp 1 there).
-  const F shifted = x * 1.44269504088896341f + 12582912.0f;
-  const F kf = shifted - 12582912.0f;
-  const F r = (x - kf * 0.693359375f) - kf * -2.12194440e-4f;
-  F y = r * 1.9875691500e-4f + 1.3981999507e-3f;
-  y = y * r + 8.3334519073e-3f;
-  y = y * r + 4.1665795894e-2f;
-  y = y * r + 1.6666665459e-1f;
-  y = y * r + 5.0000001201e-1f;
-  const F p = ((y * r) * r + r) + 1.0f;
+  const F log2e = F{} + 1.44269504088896341f, magic = F{} + 12582912.0f;
+  const F ln2_hi = F{} - 0.693359375f, ln2_lo = F{} + 2.12194440e-4f;  // -ln2 in two parts
+  F shifted, r, y;
+  SSR_FUSED(L, shifted, x, log2e, magic);
+  const F kf = shifted - magic;
+  SSR_FUSED(L, r, kf, ln2_hi, x);
+  SSR_FUSED(L, r, kf, ln2_lo, r);
+  const F c5 = F{} + 1.9875691500e-4f, c4 = F{} + 1.3981999507e-3f, c3 = F{} + 8.3334519073e-3f,
+          c2 = F{} + 4.1665795894e-2f, c1 = F{} + 1.6666665459e-1f, c0 = F{} + 5.0000001201e-1f;
+  SSR_FUSED(L, y, c5, r, c4);
+  SSR_FUSED(L, y, y, r, c3);
+  SSR_FUSED(L, y, y, r, c2);
+  SSR_FUSED(L, y, y, r, c1);
+  SSR_FUSED(L, y, y, r, c0);
+  const F yr = y * r;
+  F p;
+  SSR_FUSED(L, p, yr, r, r);
+  p += 1.0f;
   // 2^k for whole k in [-127, 127]: k + 127 in the exponent bits (0 for k = -127).
   I bits;
   std::memcpy(&bits, &shifted, sizeof bits);
@@ -95,15 +123,17 @@ SSR_LANES_INLINE void exp_in_lanes(const float* in, float* out, index_t count) {
 SSR_LANES_INLINE void exp_compiled(const float* in, float* out, index_t count) { exp_in_lanes<widest>(in, out, count); }
 
 #if defined(SSR_DISPATCH_AVX2)
-// exp_compiled in 8-float AVX2 vectors, for a baseline build on a processor with AVX2.
-SSR_TARGET_AVX2 inline void exp_avx2(const float* in, float* out, index_t count) { exp_in_lanes<8>(in, out, count); }
+// exp_compiled in 8-float AVX2 vectors with FMA, for a baseline build on a processor with both.
+SSR_TARGET_AVX2_FMA inline void exp_avx2(const float* in, float* out, index_t count) {
+  exp_in_lanes<8>(in, out, count);
+}
 #endif
 
-// out = exp(in) for count floats (in == out allowed): the widest path this processor runs. Short rows
-// stay in the caller's own code: a call to the AVX2 path cost more than it saved on a tile's 8 floats.
+// out = exp(in) for count floats (in == out allowed): the widest path this processor runs (a baseline
+// build's own code has no FMA instruction: it takes the AVX2 path for any count where it can).
 SSR_LANES_INLINE void exp(const float* in, float* out, index_t count) {
 #if defined(SSR_DISPATCH_AVX2)
-  if (count >= 64 && lanes::has_avx2()) return exp_avx2(in, out, count);
+  if (lanes::has_avx2_fma()) return exp_avx2(in, out, count);
 #endif
   exp_compiled(in, out, count);
 }
@@ -112,3 +142,5 @@ SSR_LANES_INLINE void exp(const float* in, float* out, index_t count) {
 }  // namespace fexp
 }  // namespace cpu
 }  // namespace ssr
+
+#undef SSR_FUSED

@@ -7,7 +7,8 @@
 // (one crossing a function boundary in a build without its registers changes the ABI), and its functions
 // are inlined into their callers (SSR_LANES_INLINE), the AVX2 ones included. Every lane takes the same
 // operations in the same order, so the width changes no bit; the AVX2 path has no FMA (AVX2 alone does not
-// imply it), so it gives the baseline's bits.
+// imply it), so it gives the baseline's bits. The float exp, whose formula is written with fused
+// multiply-adds (the same bits wherever they are computed), takes AVX2 with FMA.
 #pragma once
 
 // SSR_NO_VECTOR_EXTENSIONS (or Eigen's EIGEN_DONT_VECTORIZE) asks for one lane at a time. So does nvcc:
@@ -32,6 +33,8 @@
 #if defined(SSR_VECTOR_EXTENSIONS) && (defined(__x86_64__) || defined(__i386__)) && !defined(__AVX2__)
 #define SSR_DISPATCH_AVX2 1
 #define SSR_TARGET_AVX2 __attribute__((target("avx2")))
+// The float exp, defined with fused multiply-adds, and the code that inlines it: AVX2 and FMA.
+#define SSR_TARGET_AVX2_FMA __attribute__((target("avx2,fma")))
 #endif
 
 // SSR_LANES(Name, T, L) declares Name, a vector of L lanes of T, inside a function (a GNU vector type
@@ -75,6 +78,12 @@ inline bool has_avx2() {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") != 0;
   }();
+  return yes;
+}
+
+// Whether this processor runs AVX2 and FMA (every x86-64 processor with AVX2 but a few has FMA too).
+inline bool has_avx2_fma() {
+  static const bool yes = has_avx2() && __builtin_cpu_supports("fma") != 0;
   return yes;
 }
 #endif
