@@ -119,7 +119,8 @@ SSR_LANES_INLINE void column_sums(const T* q, const T* vt, index_t n, index_t co
 template <class T, int L, int P>
 SSR_LANES_INLINE void column_sums_from(const T* q, const T* vt, index_t n, index_t count, const T* inv, index_t& j0,
                                        T* part) {
-  for (; j0 + 2 * P <= n; j0 += 2 * P) column_sums<T, L, P>(q, vt, n, count, inv, j0, part);
+  constexpr index_t width = 2 * index_t{P};  // columns a call
+  for (; j0 + width <= n; j0 += width) column_sums<T, L, P>(q, vt, n, count, inv, j0, part);
   if constexpr (P > 1) column_sums_from<T, L, P / 2>(q, vt, n, count, inv, j0, part);
 }
 
