@@ -7,13 +7,13 @@
 // time), and the column sums of the plan rows t / r over all the rows (into part, n elements), as
 // v_j * sum_i Q_ij / r_i: one product a column, not one an element. First each tile's r and 1 / r (two
 // tiles at a time, sharing the loads of vt), then the column sums several columns at a time over every
-// tile, in registers. A vector holds whole columns of a
-// tile, or two adjacent ones (16 floats with AVX-512). The order is fixed: r adds the columns j = 0, 1, 2,
-// 3 (mod 4) in four sums, then (0 + 2) + (1 + 3); each lane of a column sum adds its rows in order, then
-// the 8 lanes fold in halves: lane l + lane l + 4, then + 2, then + 1, and the sum is multiplied by v_j. A
-// real row's r is at least Q_ij v_j for each j (Q has a 1 in it, v is within exp(+-math::absorb_bound)),
-// so Q_ij / r_i is at most exp(absorb_bound) and a column's sum stays far from overflow; r is far above
-// the least normal T, which keeps a padding row's 0 * (1 / r) at 0.
+// tile, in registers. A vector holds whole columns of a tile, or two adjacent ones (16 floats with
+// AVX-512). The order is fixed: r adds the columns j = 0, 1, 2, 3 (mod 4) in four sums, then (0 + 2) +
+// (1 + 3); each lane of a column sum adds its rows in order, then the 8 lanes fold in halves: lane l +
+// lane l + 4, then + 2, then + 1, and the sum is multiplied by v_j. A real row's r is at least Q_ij v_j
+// for each j (Q has a 1 in it, v is within exp(+-math::absorb_bound)), so Q_ij / r_i is at most
+// exp(absorb_bound) and a column's sum stays far from overflow; r is far above the least normal T, which
+// keeps a padding row's 0 * (1 / r) at 0.
 #pragma once
 
 #include <algorithm>

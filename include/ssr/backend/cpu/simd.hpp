@@ -263,8 +263,13 @@ struct Simd {
     // above that has every chosen Q at least `least`, and only other tiles look their Q up.
     const T above = v && least > -std::numeric_limits<T>::infinity() ? least * *std::max_element(v, v + n) : least;
 #if defined(SSR_DISPATCH_AVX2)
-    if (lanes::has_avx2_fma())
-      return tiles_outputs_avx2<K>(form, x, n, value, index, count, rows, least, above, experts, weights);
+    if constexpr (std::is_same<T, float>::value) {
+      if (lanes::has_avx2_fma())
+        return tiles_outputs_avx2_fma<K>(form, x, n, value, index, count, rows, least, above, experts, weights);
+    } else {
+      if (lanes::has_avx2())
+        return tiles_outputs_avx2<K>(form, x, n, value, index, count, rows, least, above, experts, weights);
+    }
 #endif
     return tiles_outputs<K, fexp::widest>(form, x, n, value, index, count, rows, least, above, experts, weights);
   }
@@ -298,13 +303,22 @@ struct Simd {
   }
 
 #if defined(SSR_DISPATCH_AVX2)
-  // tiles_outputs compiled for AVX2 and FMA (the exp's): its loops over a tile's lanes in 8 floats or 4
-  // doubles, the same bits (no product here is added to anything, so nothing else fuses).
+  // tiles_outputs compiled for AVX2: its loops over a tile's lanes in 8 floats or 4 doubles, the same bits.
+  // Floats take AVX2 with FMA, for the float exp's fused multiply-adds (no other product there is added to
+  // anything, so nothing else fuses); doubles take AVX2 alone, so that the compiler fuses nothing in
+  // Eigen's double exp.
   template <int K>
-  SSR_TARGET_AVX2_FMA static bool tiles_outputs_avx2(Weights form, const T* x, index_t n,
-                                                     const T (&value)[K][group_rows], const T (&index)[K][group_rows],
-                                                     index_t count, index_t rows, T least, T above,
-                                                     MatrixView<std::int32_t> experts, MatrixView<T> weights) {
+  SSR_TARGET_AVX2 static bool tiles_outputs_avx2(Weights form, const T* x, index_t n, const T (&value)[K][group_rows],
+                                                 const T (&index)[K][group_rows], index_t count, index_t rows, T least,
+                                                 T above, MatrixView<std::int32_t> experts, MatrixView<T> weights) {
+    return tiles_outputs<K, 8>(form, x, n, value, index, count, rows, least, above, experts, weights);
+  }
+  template <int K>
+  SSR_TARGET_AVX2_FMA static bool tiles_outputs_avx2_fma(Weights form, const T* x, index_t n,
+                                                         const T (&value)[K][group_rows],
+                                                         const T (&index)[K][group_rows], index_t count, index_t rows,
+                                                         T least, T above, MatrixView<std::int32_t> experts,
+                                                         MatrixView<T> weights) {
     return tiles_outputs<K, 8>(form, x, n, value, index, count, rows, least, above, experts, weights);
   }
 #endif
