@@ -18,9 +18,6 @@
 #include "ssr/backend/cpu/lanes.hpp"
 #include "ssr/view.hpp"
 
-// Loops over a block's vectors unrolled, so that its arrays of vectors stay in registers.
-#define SSR_UNROLL _Pragma("GCC unroll 8")
-
 namespace ssr {
 namespace cpu {
 namespace columns {
@@ -54,7 +51,8 @@ SSR_LANES_INLINE void copy_tile(const T* const* row, index_t n, T* x, T* top) {
     for (; j0 + L <= n; j0 += L)
       for (index_t h = 0; h < per; ++h) {
         V r[L], c[L];
-        SSR_UNROLL for (index_t l = 0; l < L; ++l) std::memcpy(&r[l], row[h * L + l] + j0, sizeof(V));
+        SSR_UNROLL
+        for (index_t l = 0; l < L; ++l) std::memcpy(&r[l], row[h * L + l] + j0, sizeof(V));
         if constexpr (L == 2) {
           c[0] = __builtin_shufflevector(r[0], r[1], 0, 2);
           c[1] = __builtin_shufflevector(r[0], r[1], 1, 3);
@@ -71,24 +69,33 @@ SSR_LANES_INLINE void copy_tile(const T* const* row, index_t n, T* x, T* top) {
           static_assert(L == 8, "a tile's column holds 2, 4 or 8 lanes");
           // Pairs of rows interleaved within halves, then pairs of pairs, then the halves exchanged.
           V t[8], u[8];
-          SSR_UNROLL for (int p = 0; p < 4; ++p) {
+          SSR_UNROLL
+          for (int p = 0; p < 4; ++p) {
             t[2 * p] = __builtin_shufflevector(r[2 * p], r[2 * p + 1], 0, 8, 1, 9, 4, 12, 5, 13);
             t[2 * p + 1] = __builtin_shufflevector(r[2 * p], r[2 * p + 1], 2, 10, 3, 11, 6, 14, 7, 15);
           }
-          SSR_UNROLL for (int p = 0; p < 2; ++p) SSR_UNROLL for (int o = 0; o < 2; ++o) {
-            const V &a = t[4 * p + o], &b = t[4 * p + o + 2];
-            u[4 * p + 2 * o] = __builtin_shufflevector(a, b, 0, 1, 8, 9, 4, 5, 12, 13);
-            u[4 * p + 2 * o + 1] = __builtin_shufflevector(a, b, 2, 3, 10, 11, 6, 7, 14, 15);
+          SSR_UNROLL
+          for (int p = 0; p < 2; ++p) {
+            SSR_UNROLL
+            for (int o = 0; o < 2; ++o) {
+              const V &a = t[4 * p + o], &b = t[4 * p + o + 2];
+              u[4 * p + 2 * o] = __builtin_shufflevector(a, b, 0, 1, 8, 9, 4, 5, 12, 13);
+              u[4 * p + 2 * o + 1] = __builtin_shufflevector(a, b, 2, 3, 10, 11, 6, 7, 14, 15);
+            }
           }
-          SSR_UNROLL for (int l = 0; l < 4; ++l) {
+          SSR_UNROLL
+          for (int l = 0; l < 4; ++l) {
             c[l] = __builtin_shufflevector(u[l], u[l + 4], 0, 1, 2, 3, 8, 9, 10, 11);
             c[l + 4] = __builtin_shufflevector(u[l], u[l + 4], 4, 5, 6, 7, 12, 13, 14, 15);
           }
         }
-        SSR_UNROLL for (index_t l = 0; l < L; ++l) std::memcpy(x + (j0 + l) * tile + h * L, &c[l], sizeof(V));
+        SSR_UNROLL
+        for (index_t l = 0; l < L; ++l) std::memcpy(x + (j0 + l) * tile + h * L, &c[l], sizeof(V));
         if constexpr (Top) {  // the block's columns in a tree (std::max), then into the running maximum
-          SSR_UNROLL for (index_t d = 1; d < L; d *= 2) {
-            SSR_UNROLL for (index_t l = 0; l + d < L; l += 2 * d) c[l] = c[l] < c[l + d] ? c[l + d] : c[l];
+          SSR_UNROLL
+          for (index_t d = 1; d < L; d *= 2) {
+            SSR_UNROLL
+            for (index_t l = 0; l + d < L; l += 2 * d) c[l] = c[l] < c[l + d] ? c[l + d] : c[l];
           }
           best[h] = best[h] < c[0] ? c[0] : best[h];
         }
@@ -153,5 +160,3 @@ inline void tiles(const T* s, index_t stride, index_t rows, index_t n, T scale, 
 }  // namespace columns
 }  // namespace cpu
 }  // namespace ssr
-
-#undef SSR_UNROLL

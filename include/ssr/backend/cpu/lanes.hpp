@@ -37,6 +37,15 @@
 #define SSR_TARGET_AVX2_FMA __attribute__((target("avx2,fma")))
 #endif
 
+// SSR_UNROLL before a loop over a fixed, small number of vectors unrolls it, so that its arrays of vectors
+// stay in registers: GCC unrolls such loops at -O3 but not at -O2, where the arrays would live in memory
+// (the scaled pass took 2-3 times as long).
+#if defined(__GNUC__)
+#define SSR_UNROLL _Pragma("GCC unroll 16")
+#else
+#define SSR_UNROLL
+#endif
+
 // SSR_LANES(Name, T, L) declares Name, a vector of L lanes of T, inside a function (a GNU vector type
 // passed as a template argument loses its attribute, so each function declares its own); without
 // vector extensions, T itself (L must then be 1).

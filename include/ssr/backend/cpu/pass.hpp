@@ -65,23 +65,53 @@ SSR_LANES_INLINE void column_sums(const T* q, const T* vt, index_t n, index_t co
     const T* x = q + (tl * n + j0) * tile;
     V w[per_pair];
     std::memcpy(w, inv + 2 * tl * tile, sizeof w);
-    for (index_t c = 0; c < P; ++c)
+    SSR_UNROLL
+    for (index_t c = 0; c < P; ++c) {
+      SSR_UNROLL
       for (index_t h = 0; h < per_pair; ++h) {
         V e;
         std::memcpy(&e, x + 2 * c * tile + h * L, sizeof e);
         acc[c][h] += e * w[h];
       }
+    }
   }
+#if defined(SSR_SHUFFLE_VECTOR)
+  if constexpr (L == tile && P == 4) {
+    // Eight columns (acc[c][h]: column 2c + h) folded together as fold() folds each (lane l + lane l + 4,
+    // then + 2, then + 1), a step adding two vectors that hold the halves of two or four columns. Written
+    // here, on the array itself: a pointer to it passed on can leave the sums in memory.
+    V x[4], y[2];
+    SSR_UNROLL
+    for (int c = 0; c < 4; ++c)  // columns 2c and 2c + 1: lanes 0-3 plus lanes 4-7
+      x[c] = __builtin_shufflevector(acc[c][0], acc[c][1], 0, 1, 2, 3, 8, 9, 10, 11) +
+             __builtin_shufflevector(acc[c][0], acc[c][1], 4, 5, 6, 7, 12, 13, 14, 15);
+    SSR_UNROLL
+    for (int p = 0; p < 2; ++p)  // columns 4p + 0, 2, 1, 3, two lanes each: lanes 0-1 plus lanes 2-3
+      y[p] = __builtin_shufflevector(x[2 * p], x[2 * p + 1], 0, 1, 8, 9, 4, 5, 12, 13) +
+             __builtin_shufflevector(x[2 * p], x[2 * p + 1], 2, 3, 10, 11, 6, 7, 14, 15);
+    // Lane 0 plus lane 1: the columns in the order 0, 2, 4, 6, 1, 3, 5, 7.
+    const V z = __builtin_shufflevector(y[0], y[1], 0, 2, 8, 10, 4, 6, 12, 14) +
+                __builtin_shufflevector(y[0], y[1], 1, 3, 9, 11, 5, 7, 13, 15);
+    SSR_UNROLL
+    for (index_t c = 0; c < tile; ++c) part[j0 + c] = z[c % 2 * 4 + c / 2] * vt[(j0 + c) * tile];
+    return;
+  }
+#endif
+  SSR_UNROLL
   for (index_t c = 0; c < P; ++c) {
     V* a = acc[c];
     if constexpr (L <= tile) {
       // The halves of a column that are whole vectors first: vector h plus vector h + k.
       constexpr index_t per_column = tile / L;
-      for (index_t k = per_column / 2; k >= 1; k /= 2)
+      SSR_UNROLL
+      for (index_t k = per_column / 2; k >= 1; k /= 2) {
+        SSR_UNROLL
         for (index_t h = 0; h < k; ++h) {
           a[h] += a[h + k];
           a[per_column + h] += a[per_column + h + k];
         }
+      }
+      SSR_UNROLL
       for (index_t col = 0; col < 2; ++col) {
         V e = a[col * per_column];
 #if defined(SSR_SHUFFLE_VECTOR)
@@ -133,11 +163,13 @@ SSR_LANES_INLINE void row_sums(const T* q, const T* vt, index_t n, index_t t0, T
   const V least = V{} + std::numeric_limits<T>::min(), one = V{} + T(1);
   V r01[G][per_pair] = {}, r23[G][per_pair] = {};  // the sums of columns 0 and 1 (mod 4), and of 2 and 3
   index_t j = 0;
-  for (; j + 4 <= n; j += 4)
+  for (; j + 4 <= n; j += 4) {
+    SSR_UNROLL
     for (index_t h = 0; h < per_pair; ++h) {
       V v01, v23;
       std::memcpy(&v01, vt + j * tile + h * L, sizeof(V));
       std::memcpy(&v23, vt + (j + 2) * tile + h * L, sizeof(V));
+      SSR_UNROLL
       for (int g = 0; g < G; ++g) {
         const T* x = q + (t0 + g) * n * tile;
         V e01, e23;
@@ -147,10 +179,13 @@ SSR_LANES_INLINE void row_sums(const T* q, const T* vt, index_t n, index_t t0, T
         r23[g][h] += e23 * v23;
       }
     }
+  }
   if (j + 2 <= n) {
+    SSR_UNROLL
     for (index_t h = 0; h < per_pair; ++h) {
       V v;
       std::memcpy(&v, vt + j * tile + h * L, sizeof v);
+      SSR_UNROLL
       for (int g = 0; g < G; ++g) {
         V e;
         std::memcpy(&e, q + ((t0 + g) * n + j) * tile + h * L, sizeof e);
@@ -161,9 +196,11 @@ SSR_LANES_INLINE void row_sums(const T* q, const T* vt, index_t n, index_t t0, T
   }
   if (j < n) {  // the last column of an odd n, in the first tile lanes (zeros after: they add nothing)
     const T vj = vt[j * tile];
+    SSR_UNROLL
     for (int g = 0; g < G; ++g) {
       V e[per_pair] = {};
       std::memcpy(e, q + ((t0 + g) * n + j) * tile, tile * sizeof(T));
+      SSR_UNROLL
       for (index_t h = 0; h < per_pair; ++h) {
         if (j % 4 == 0)
           r01[g][h] += e[h] * vj;
@@ -173,11 +210,14 @@ SSR_LANES_INLINE void row_sums(const T* q, const T* vt, index_t n, index_t t0, T
     }
   }
   // r = (0 + 2) + (1 + 3), and 1 / r twice (the two halves of a pair), for the column sums.
+  SSR_UNROLL
   for (int g = 0; g < G; ++g) {
     const index_t tl = t0 + g;
     V w[per_pair];
+    SSR_UNROLL
     for (index_t h = 0; h < per_pair; ++h) r01[g][h] += r23[g][h];
     if constexpr (L <= tile) {
+      SSR_UNROLL
       for (index_t h = 0; h < per_column; ++h) {
         const V sum = r01[g][h] + r01[g][per_column + h];
         std::memcpy(row_sum + tl * tile + h * L, &sum, sizeof sum);
@@ -215,6 +255,7 @@ SSR_LANES_INLINE void scaled_in_lanes(const T* q, const T* vt, index_t n, index_
       V e[per_pair] = {}, w[per_pair];
       std::memcpy(e, q + (t * n + j0) * tile, tile * sizeof(T));
       std::memcpy(w, inv + 2 * t * tile, sizeof w);
+      SSR_UNROLL
       for (index_t h = 0; h < per_pair; ++h) acc[h] += e[h] * w[h];
     }
     T a[2 * tile];

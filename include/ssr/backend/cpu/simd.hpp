@@ -21,6 +21,7 @@
 
 #include "ssr/backend/cpu/columns.hpp"
 #include "ssr/backend/cpu/exp.hpp"
+#include "ssr/backend/cpu/lanes.hpp"
 #include "ssr/backend/cpu/pass.hpp"
 #include "ssr/backend/cpu/topk.hpp"
 #include "ssr/backend/cpu/tuning.hpp"
@@ -67,13 +68,16 @@ struct Simd {
     using P = typename pk::packet_traits<T>::type;  // the widest
     constexpr index_t L = pk::packet_traits<T>::size;
     P sum[4];
+    SSR_UNROLL
     for (auto& e : sum) e = pk::pset1<P>(T(0));
     index_t c = 0;
-    for (; c + 4 * L <= count; c += 4 * L)
+    for (; c + 4 * L <= count; c += 4 * L) {
+      SSR_UNROLL
       for (int a = 0; a < 4; ++a) {
         const P e = pk::ploadu<P>(x + c + a * L);
         sum[a] = pk::padd(sum[a], pk::psub(e, e));
       }
+    }
     T rest = pk::predux(pk::padd(pk::padd(sum[0], sum[1]), pk::padd(sum[2], sum[3])));
     for (; c < count; ++c) rest += x[c] - x[c];  // NOLINT(misc-redundant-expression)
     return rest == T(0);

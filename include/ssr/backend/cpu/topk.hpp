@@ -96,13 +96,18 @@ SSR_LANES_INLINE bool sweep(const T* x, index_t n, index_t count, index_t g0, co
   using Mask = decltype(V{} < V{});
   constexpr index_t per = tile / L, C = G * per;  // C chains
   const T* at_tile[G];
+  SSR_UNROLL
   for (index_t g = 0; g < G; ++g) at_tile[g] = x + std::min(g0 + g, count - 1) * n * tile;
   const V none = V{} - std::numeric_limits<T>::infinity();
   V best[K][C], at[K][C];
-  for (int r = 0; r < K; ++r)
+  SSR_UNROLL
+  for (int r = 0; r < K; ++r) {
+    SSR_UNROLL
     for (index_t c = 0; c < C; ++c) best[r][c] = none, at[r][c] = V{} - T(1);
+  }
   V here = V{};
   for (index_t j = 0; j < n; ++j, here += T(1)) {
+    SSR_UNROLL
     for (index_t c = 0; c < C; ++c) {
       V e;
       std::memcpy(&e, at_tile[c / per] + j * tile + c % per * L, sizeof e);
@@ -111,7 +116,9 @@ SSR_LANES_INLINE bool sweep(const T* x, index_t n, index_t count, index_t g0, co
       above[K - 1] = best[K - 1][c] < e;
       if constexpr (K > 4)  // long lists: a column no row takes skips their update
         if (!any_lane(above[K - 1])) continue;
+      SSR_UNROLL
       for (int r = 0; r < K - 1; ++r) above[r] = best[r][c] < e;
+      SSR_UNROLL
       for (int r = K - 1; r > 0; --r) {
         const V lower = best[r - 1][c] < e ? best[r - 1][c] : e;  // std::min(e, best[r - 1])
         best[r][c] = best[r][c] < lower ? lower : best[r][c];     // std::max(best[r], lower)
@@ -122,13 +129,16 @@ SSR_LANES_INLINE bool sweep(const T* x, index_t n, index_t count, index_t g0, co
     }
   }
   Mask bad = V{} != V{};  // a chosen value not finite (x - x is NaN), or a list not full (index -1)
-  for (int r = 0; r < K; ++r)
+  SSR_UNROLL
+  for (int r = 0; r < K; ++r) {
+    SSR_UNROLL
     for (index_t c = 0; c < C; ++c) {
       bad |= (best[r][c] - best[r][c]) != V{};  // NOLINT(misc-redundant-expression)
       bad |= at[r][c] < V{};
       std::memcpy(value + r * stride + (g0 * per + c) * L, &best[r][c], sizeof(V));
       std::memcpy(index + r * stride + (g0 * per + c) * L, &at[r][c], sizeof(V));
     }
+  }
   return !any_lane(bad);
 }
 
