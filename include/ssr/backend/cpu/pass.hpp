@@ -78,8 +78,7 @@ SSR_LANES_INLINE void column_sums(const T* q, const T* vt, index_t n, index_t co
 #if defined(SSR_SHUFFLE_VECTOR)
   if constexpr (L == tile && P == 4) {
     // Eight columns (acc[c][h]: column 2c + h) folded together as fold() folds each (lane l + lane l + 4,
-    // then + 2, then + 1), a step adding two vectors that hold the halves of two or four columns. Written
-    // here, on the array itself: a pointer to it passed on can leave the sums in memory.
+    // then + 2, then + 1), a step adding two vectors that hold the halves of two or four columns.
     V x[4], y[2];
     SSR_UNROLL
     for (int c = 0; c < 4; ++c)  // columns 2c and 2c + 1: lanes 0-3 plus lanes 4-7
