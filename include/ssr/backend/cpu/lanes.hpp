@@ -39,7 +39,7 @@
 
 // SSR_UNROLL before a loop over a fixed, small number of vectors unrolls it, so that its arrays of vectors
 // stay in registers: GCC unrolls such loops at -O3 but not at -O2, where the arrays would live in memory
-// (the scaled pass took 2-3 times as long).
+// (an iteration of the scaled pass took up to 3 times as long: docs/performance.md).
 #if defined(__GNUC__)
 #define SSR_UNROLL _Pragma("GCC unroll 16")
 #else
