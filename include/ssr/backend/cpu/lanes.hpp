@@ -39,8 +39,9 @@
 
 // SSR_UNROLL before a loop over a fixed, small number of vectors unrolls it, so that its arrays of vectors
 // stay in registers: GCC unrolls such loops at -O3 but not at -O2, where the arrays would live in memory
-// (an iteration of the scaled pass took up to 3 times as long: docs/performance.md).
-#if defined(__GNUC__)
+// (an iteration of the scaled pass took up to 3 times as long: docs/performance.md). nvcc, whose front end
+// does not know the pragma, compiles this code a lane at a time (above): nothing to unroll.
+#if defined(__GNUC__) && !defined(__CUDACC__)
 #define SSR_UNROLL _Pragma("GCC unroll 16")
 #else
 #define SSR_UNROLL
