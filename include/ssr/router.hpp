@@ -40,6 +40,24 @@ template <class B, class = void>
 struct is_complete : std::false_type {};
 template <class B>
 struct is_complete<B, std::void_t<decltype(sizeof(B))>> : std::true_type {};
+
+// Whether the backend looks for non-finite logits itself while this call reads them (a backend may say so
+// through checks_while_routing(spec, options), throwing as check_finite would, before anything is written),
+// so that the Router does not scan them first.
+template <class B, class = void>
+struct has_checks_while_routing : std::false_type {};
+template <class B>
+struct has_checks_while_routing<
+    B, std::void_t<decltype(std::declval<const B&>().checks_while_routing(
+           std::declval<const RouteSpec&>(), std::declval<const typename B::options_type&>()))>> : std::true_type {};
+template <class B>
+bool checks_while_routing(const B& backend, const RouteSpec& spec, const typename B::options_type& options) {
+  if constexpr (has_checks_while_routing<B>::value) {
+    return backend.checks_while_routing(spec, options);
+  } else {
+    return false;
+  }
+}
 }  // namespace detail
 
 // dL/dw to dL/dS for the call that produced experts, weights and info from logits, on any backend: the
@@ -151,7 +169,8 @@ class Router {
       detail::validate_route(spec, ctx.expert_bias, logits, out);
       if (!options.workspace.empty())
         detail::require_workspace(options.workspace, backend_.workspace_bytes(spec, logits.rows, logits.cols));
-      if (options.check_finite && logits.rows > 0) backend_.check_finite(logits, options);
+      if (options.check_finite && logits.rows > 0 && !detail::checks_while_routing(backend_, spec, options))
+        backend_.check_finite(logits, options);
     };
     if (options.communicator && spec.path == Path::sinkhorn) {
       spec.total_rows = agree(*options.communicator, options.stream, logits.rows, checks);

@@ -81,14 +81,23 @@ class CpuBackend {
                                                 [this](std::size_t needed) { return own_.reserve(needed); });
       const Layout buffers = layout(c, spec, m, n);
       if (solve) {
-        cpu::Sinkhorn<T>::solve(buffers.sinkhorn, spec, s, out, info, threads_for(m * n, Path::sinkhorn),
-                                options.communicator);
+        if (!cpu::Sinkhorn<T>::solve(buffers.sinkhorn, spec, s, out, info, threads_for(m * n, Path::sinkhorn),
+                                     options.communicator, checks_while_routing(spec, options)))
+          check_finite(s, options);  // a non-finite logit was read: throws, naming the first
       } else {
         route_softmax(spec, s, out, buffers);
       }
     }
     if (!out.load.empty()) count_load(out.experts, out.load);
     return info;
+  }
+
+  // Whether route looks for non-finite logits as it reads them, where the Router would otherwise scan them
+  // first (ssr/router.hpp): a solve whose setup reads each logit once (Sinkhorn::checks_logits), on this
+  // process's rows alone (with a communicator, every rank checks before the collective solve starts).
+  bool checks_while_routing(const RouteSpec& spec, const options_type& options) const {
+    return options.check_finite && !options.communicator && spec.path == Path::sinkhorn &&
+           cpu::Sinkhorn<T>::checks_logits(spec);
   }
 
   // Throws ssr::Error naming the first non-finite logit in row-major order.

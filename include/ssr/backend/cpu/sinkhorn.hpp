@@ -15,7 +15,8 @@
 // The setup builds K and Q a tile at a time (the float kernel from the logits by columns, other kernels row
 // by row) and makes the first pass on the way; the final plan, top-k and weights are the last pass's
 // t / r, from Q and v without exp, except for rows whose chosen experts' Q underflowed, which are redone
-// in the log domain.
+// in the log domain. The float kernel's setup also tells whether every logit it read was finite, so the
+// backend need not scan them beforehand (CpuBackend::checks_while_routing).
 #pragma once
 
 #include <algorithm>
@@ -88,9 +89,14 @@ class Sinkhorn {
     return b;
   }
 
-  // comm: the ranks sharing the problem (spec.total_rows rows in all), or null.
-  static void solve(const Buffers& b, const RouteSpec& spec, ConstMatrixView<T> s, const RouteOutputs<T>& out,
-                    RouteInfo& info, int nt, const Communicator<HostStream>* comm) {
+  // Whether the setup reads each logit once, into the float kernel (V::float_kernel_tiles), so that it can
+  // tell whether they were all finite.
+  static bool checks_logits(const RouteSpec& spec) { return !spec.noisy() && V::float_kernel(spec); }
+
+  // comm: the ranks sharing the problem (spec.total_rows rows in all), or null. check (where
+  // checks_logits): returns false, having written nothing, where a logit is not finite; else true.
+  static bool solve(const Buffers& b, const RouteSpec& spec, ConstMatrixView<T> s, const RouteOutputs<T>& out,
+                    RouteInfo& info, int nt, const Communicator<HostStream>* comm, bool check = false) {
     constexpr index_t tile = V::tile;
     const index_t m = s.rows, n = s.cols, np = CpuTuning::padded(n), size = n * tile;  // size: a tile's elements
     const index_t tiles = (m + tile - 1) / tile, last_rows = m - (tiles - 1) * tile;
@@ -107,9 +113,9 @@ class Sinkhorn {
     const index_t rows_total = math::problem_rows(spec, m);
     const math::ColumnTarget target = math::column_target(rows_total, n);
     const T tiny = static_cast<T>(math::underflow_threshold<T>());
-    const bool float_form = !spec.noisy() && V::float_kernel(spec);
+    const bool float_form = checks_logits(spec);
     const auto bound = static_cast<T>(math::cost_bound<T>()), scale = static_cast<T>(1.0 / spec.sinkhorn.xi);
-    bool done = false, absorb = false;
+    bool done = false, absorb = false, non_finite = false;
     int iterations = 0;
     double err = 0;
 
@@ -135,12 +141,14 @@ class Sinkhorn {
       };
 
       // K = cost / xi in tiles, padding rows -inf; Q = exp(K) (h = 0, c = 0); and with it the first pass.
-      SSR_OMP(for schedule(static))
+      bool finite = true;
+      SSR_OMP(for schedule(static) nowait)
       for (index_t blk = 0; blk < blocks; ++blk) {
         const auto [t0, t1] = block_tiles(blk);
-        if (float_form) {
-          V::float_kernel_tiles(s.row(t0 * tile), s.stride, std::min(m, t1 * tile) - t0 * tile, n, bound, scale,
-                                logk + t0 * size);
+        if (float_form) {  // K and Q together
+          finite = V::float_kernel_tiles(s.row(t0 * tile), s.stride, std::min(m, t1 * tile) - t0 * tile, n, bound,
+                                         scale, logk + t0 * size, q + t0 * size) &&
+                   finite;
         } else {
           for (index_t tl = t0; tl < t1; ++tl) {
             const index_t i0 = tl * tile;
@@ -156,17 +164,19 @@ class Sinkhorn {
           }
         }
         V::fill_lanes(logk + (t1 - 1) * size, n, rows_of(t1 - 1), -std::numeric_limits<T>::infinity());
-        if (float_form && !out.noise.empty())
-          for (index_t i = t0 * tile; i < std::min(m, t1 * tile); ++i)
-            math::noise_output(
-                spec, n, [](index_t) { return 0.0; }, out.noise.row(i));
         // The block's exps in one loop: its packets are independent. exp(-inf) may be a tiny double
-        // (Eigen's exp), so the padding rows' Q is set to 0.
-        V::exp_row(logk + t0 * size, q + t0 * size, (t1 - t0) * size);
+        // (Eigen's exp), so the padding rows' Q is set to 0 (in the float form, Q of the repeated last row).
+        if (!float_form) V::exp_row(logk + t0 * size, q + t0 * size, (t1 - t0) * size);
         if (t1 == tiles) V::fill_lanes(q + (tiles - 1) * size, n, last_rows, T(0));
         std::fill(row_top + t0 * tile, row_top + t1 * tile, T(0));
         pass(blk);
       }
+      if (check && !finite) {
+        SSR_OMP(atomic write)
+        non_finite = true;
+      }
+      SSR_OMP(barrier)
+      if (non_finite) return;  // every thread, after the barrier: the caller names the value
 
       // Row i in the log domain: a = K_i + g into t_buf, e = exp(a - max a) into e_buf; returns the sum
       // of e over the real columns.
@@ -263,6 +273,10 @@ class Sinkhorn {
       SSR_OMP(for schedule(static))
       for (index_t grp = 0; grp < groups; ++grp) {
         const index_t i0 = grp * V::group_rows, rows = std::min(V::group_rows, m - i0);
+        if (float_form && !out.noise.empty())  // no noise: zeros
+          for (index_t i = i0; i < i0 + rows; ++i)
+            math::noise_output(
+                spec, n, [](index_t) { return 0.0; }, out.noise.row(i));
         const MatrixView<std::int32_t> experts(out.experts.row(i0), rows, spec.k, out.experts.stride);
         const MatrixView<T> weights(out.weights.row(i0), rows, spec.k, out.weights.stride);
         if (by_tiles && V::topk_tiles_weights(Weights::plan, q + grp * V::group * size, n, v, spec.k, rows, experts,
@@ -274,7 +288,9 @@ class Sinkhorn {
         }
       }
     });
+    if (non_finite) return false;
     info.set(SolveStats{iterations, math::converged(err, spec.sinkhorn) ? 1 : 0, err});
+    return true;
   }
 
  private:
