@@ -1,8 +1,8 @@
-// The CPU backend's copy of rows into tiles held by columns, and the float kernel over it with, where
-// asked, its exp (for Simd::load_tiles and Simd::float_kernel_tiles), written once over GNU vectors
-// (lanes.hpp): in vectors of a tile's column (8 floats) or less, and with AVX2 where a baseline x86-64
-// build runs on a processor that has it (and FMA, for the exp). Every width and path gives the same bits:
-// the work is moves, maxima, one subtraction, one multiplication and a clamp, and fexp's exp (exp.hpp).
+// The CPU backend's copy of rows into tiles held by columns, and the float kernel over it (for
+// Simd::load_tiles and Simd::float_kernel_tiles), written once over GNU vectors (lanes.hpp): in vectors of
+// a tile's column (8 floats) or less, and with AVX2 where a baseline x86-64 build runs on a processor that
+// has it. Every width and path gives the same bits: the work is moves, maxima, one subtraction, one
+// multiplication and a clamp.
 //
 // `rows` rows of s (row stride `stride`, n columns) become ceil(rows / tile) tiles one after another, tile
 // t's element (q, j) at x[(t * n + j) * tile + q] = s[(t * tile + q) * stride + j]; a last, partial tile
@@ -15,9 +15,7 @@
 #include <cstring>
 #include <iterator>
 #include <limits>
-#include <type_traits>
 
-#include "ssr/backend/cpu/exp.hpp"
 #include "ssr/backend/cpu/lanes.hpp"
 #include "ssr/view.hpp"
 
@@ -118,18 +116,14 @@ SSR_LANES_INLINE void copy_tile(const T* const* row, index_t n, T* x, T* top) {
 
 // The tiles of `rows` rows (see the top of this file) in vectors of L lanes; where Kernel, each tile then
 // holds the float kernel of its rows, K_ij = max((S_ij - max_j S_ij) * scale, -bound), and the return
-// says whether every S_ij was finite (S - S is NaN for a NaN or an infinity, 0 else), else true. Where
-// Exp (floats), also Q = exp(K) into exp_x, laid out as x, each vector while it is at hand: the exp's long
-// chain of operations overlaps the copy's shuffles.
-template <class T, int L, bool Kernel, bool Exp = false>
-SSR_LANES_INLINE bool tiles_in_lanes(const T* s, index_t stride, index_t rows, index_t n, T scale, T bound, T* x,
-                                     T* exp_x = nullptr) {
-  static_assert(!Exp || (Kernel && std::is_same<T, float>::value), "the exp of the float kernel");
+// says whether every S_ij was finite (S - S is NaN for a NaN or an infinity, 0 else), else true.
+template <class T, int L, bool Kernel>
+SSR_LANES_INLINE bool tiles_in_lanes(const T* s, index_t stride, index_t rows, index_t n, T scale, T bound, T* x) {
   SSR_LANES(V, T, L);
   constexpr index_t per = tile / L;
   const V least = V{} - bound;
   auto non_finite = V{} != V{};  // lanes that met a non-finite value: a mask (a bool for one lane), all clear
-  for (index_t i0 = 0; i0 < rows; i0 += tile, x += n * tile, exp_x += Exp ? n * tile : 0) {
+  for (index_t i0 = 0; i0 < rows; i0 += tile, x += n * tile) {
     const T* row[tile];
     for (index_t q = 0; q < tile; ++q) row[q] = s + (i0 + std::min(q, rows - 1 - i0)) * stride;
     alignas(64) T top[tile];
@@ -146,11 +140,6 @@ SSR_LANES_INLINE bool tiles_in_lanes(const T* s, index_t stride, index_t rows, i
           e = (e - t[h]) * scale;
           e = e < least ? least : e;  // std::max(e, -bound)
           std::memcpy(x + j * tile + h * L, &e, sizeof e);
-          if constexpr (Exp && L >= 4) {
-            fexp::exp_lanes<L>(x + j * tile + h * L, exp_x + j * tile + h * L);
-          } else if constexpr (Exp) {  // fewer lanes than the exp's vectors take (the same bits)
-            fexp::exp_tail(x + j * tile + h * L, exp_x + j * tile + h * L, L);
-          }
         }
     }
   }
@@ -165,25 +154,6 @@ SSR_TARGET_AVX2 bool tiles_avx2(const T* s, index_t stride, index_t rows, index_
   return tiles_in_lanes<T, 32 / static_cast<int>(sizeof(T)), Kernel>(s, stride, rows, n, scale, bound, x);
 }
 #endif
-
-#if defined(SSR_DISPATCH_AVX2)
-// The float kernel and its exp with AVX2 and FMA (the exp's fused multiply-adds; nothing else here
-// multiplies and adds, so nothing else fuses).
-SSR_TARGET_AVX2_FMA inline bool kernel_exp_tiles_avx2(const float* s, index_t stride, index_t rows, index_t n,
-                                                      float scale, float bound, float* x, float* q) {
-  return tiles_in_lanes<float, 8, true, true>(s, stride, rows, n, scale, bound, x, q);
-}
-#endif
-
-// The float kernel of `rows` rows into x and Q = exp(K) into q, on the widest path this processor runs;
-// returns whether every value was finite.
-inline bool kernel_exp_tiles(const float* s, index_t stride, index_t rows, index_t n, float scale, float bound,
-                             float* x, float* q) {
-#if defined(SSR_DISPATCH_AVX2) && defined(SSR_SHUFFLE_VECTOR)
-  if (lanes::has_avx2_fma()) return kernel_exp_tiles_avx2(s, stride, rows, n, scale, bound, x, q);
-#endif
-  return tiles_in_lanes<float, widest<float>(), true, true>(s, stride, rows, n, scale, bound, x, q);
-}
 
 // The tiles (and, where Kernel, the float kernel and whether every value was finite) of `rows` rows on the
 // widest path this processor runs.

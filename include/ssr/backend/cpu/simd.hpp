@@ -373,13 +373,8 @@ struct Simd {
   // kernel_row, where float_kernel holds, of `rows` rows of s into tiles as load_tiles lays them out:
   // K_ij = max((S_ij - max S) * scale, -bound) with scale = 1 / xi. This is kernel_row's
   // clamp(clamp(S_ij - max S, +-bound) * scale, -bound, 0): the difference d is at most 0, and where it
-  // is below -bound, so is d * scale (scale >= 1). Where q is not null, also Q = exp(K) into q, laid out as
-  // x (exp_row's bits). Returns whether every S_ij was finite.
-  static bool float_kernel_tiles(const T* s, index_t stride, index_t rows, index_t n, T bound, T scale, T* x,
-                                 T* q = nullptr) {
-    if constexpr (std::is_same<T, float>::value) {
-      if (q) return columns::kernel_exp_tiles(s, stride, rows, n, scale, bound, x, q);
-    }
+  // is below -bound, so is d * scale (scale >= 1). Returns whether every S_ij was finite.
+  static bool float_kernel_tiles(const T* s, index_t stride, index_t rows, index_t n, T bound, T scale, T* x) {
     return columns::tiles<T, true>(s, stride, rows, n, scale, bound, x);
   }
 

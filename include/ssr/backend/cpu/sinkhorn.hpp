@@ -145,9 +145,9 @@ class Sinkhorn {
       SSR_OMP(for schedule(static) nowait)
       for (index_t blk = 0; blk < blocks; ++blk) {
         const auto [t0, t1] = block_tiles(blk);
-        if (float_form) {  // K and Q together
+        if (float_form) {
           finite = V::float_kernel_tiles(s.row(t0 * tile), s.stride, std::min(m, t1 * tile) - t0 * tile, n, bound,
-                                         scale, logk + t0 * size, q + t0 * size) &&
+                                         scale, logk + t0 * size) &&
                    finite;
         } else {
           for (index_t tl = t0; tl < t1; ++tl) {
@@ -165,8 +165,8 @@ class Sinkhorn {
         }
         V::fill_lanes(logk + (t1 - 1) * size, n, rows_of(t1 - 1), -std::numeric_limits<T>::infinity());
         // The block's exps in one loop: its packets are independent. exp(-inf) may be a tiny double
-        // (Eigen's exp), so the padding rows' Q is set to 0 (in the float form, Q of the repeated last row).
-        if (!float_form) V::exp_row(logk + t0 * size, q + t0 * size, (t1 - t0) * size);
+        // (Eigen's exp), so the padding rows' Q is set to 0.
+        V::exp_row(logk + t0 * size, q + t0 * size, (t1 - t0) * size);
         if (t1 == tiles) V::fill_lanes(q + (tiles - 1) * size, n, last_rows, T(0));
         std::fill(row_top + t0 * tile, row_top + t1 * tile, T(0));
         pass(blk);
