@@ -135,8 +135,8 @@ SSR_LANES_INLINE bool tiles_in_lanes(const T* s, index_t stride, index_t rows, i
         for (index_t h = 0; h < per; ++h) {
           V e;
           std::memcpy(&e, x + j * tile + h * L, sizeof e);
-          const V d = e - e;
-          non_finite |= d != d;  // an or, not an add: no chain of latencies
+          const V d = e - e;     // NOLINT(misc-redundant-expression): NaN where e is not finite, else 0
+          non_finite |= d != d;  // NOLINT(misc-redundant-expression): a NaN is unequal to itself; an or, no chain
           e = (e - t[h]) * scale;
           e = e < least ? least : e;  // std::max(e, -bound)
           std::memcpy(x + j * tile + h * L, &e, sizeof e);
