@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <iterator>
 #include <limits>
 
 #include "ssr/backend/cpu/lanes.hpp"
@@ -122,7 +121,7 @@ SSR_LANES_INLINE bool tiles_in_lanes(const T* s, index_t stride, index_t rows, i
   SSR_LANES(V, T, L);
   constexpr index_t per = tile / L;
   const V least = V{} - bound;
-  auto non_finite = V{} != V{};  // lanes that met a non-finite value: a mask (a bool for one lane), all clear
+  auto non_finite = V{} != V{};  // lanes that met a non-finite value (x - x is NaN): a mask, all clear
   for (index_t i0 = 0; i0 < rows; i0 += tile, x += n * tile) {
     const T* row[tile];
     for (index_t q = 0; q < tile; ++q) row[q] = s + (i0 + std::min(q, rows - 1 - i0)) * stride;
@@ -135,17 +134,14 @@ SSR_LANES_INLINE bool tiles_in_lanes(const T* s, index_t stride, index_t rows, i
         for (index_t h = 0; h < per; ++h) {
           V e;
           std::memcpy(&e, x + j * tile + h * L, sizeof e);
-          const V d = e - e;     // NOLINT(misc-redundant-expression): NaN where e is not finite, else 0
-          non_finite |= d != d;  // NOLINT(misc-redundant-expression): a NaN is unequal to itself; an or, no chain
+          non_finite |= (e - e) != V{};  // NOLINT(misc-redundant-expression): an or, no chain of latencies
           e = (e - t[h]) * scale;
           e = e < least ? least : e;  // std::max(e, -bound)
           std::memcpy(x + j * tile + h * L, &e, sizeof e);
         }
     }
   }
-  unsigned char bytes[sizeof non_finite];
-  std::memcpy(bytes, &non_finite, sizeof bytes);
-  return std::all_of(std::begin(bytes), std::end(bytes), [](unsigned char b) { return b == 0; });
+  return !lanes::any_lane(non_finite);
 }
 
 #if defined(SSR_DISPATCH_AVX2)

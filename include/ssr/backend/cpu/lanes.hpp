@@ -1,7 +1,7 @@
 // What the CPU backend's vector code written over GNU vectors (exp.hpp, pass.hpp, topk.hpp, columns.hpp)
 // builds on: whether the compiler has vector extensions, the widest vector the build compiles to one
 // register, and the AVX2 path that a baseline x86-64 build (SSE2) takes at run time where the processor
-// has it.
+// has it; and any_lane, which reads a comparison's lanes.
 //
 // Such code declares its vector types inside each function (SSR_LANES), passes no vector to a function
 // (one crossing a function boundary in a build without its registers changes the ABI), and its functions
@@ -10,6 +10,15 @@
 // imply it), so it gives the baseline's bits. The float exp, whose formula is written with fused
 // multiply-adds (the same bits wherever they are computed), takes AVX2 with FMA.
 #pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 // SSR_NO_VECTOR_EXTENSIONS (or Eigen's EIGEN_DONT_VECTORIZE) asks for one lane at a time. So does nvcc:
 // its front end (CUDA 13) drops a vector attribute whose size depends on a template argument, which
@@ -98,6 +107,34 @@ inline bool has_avx2_fma() {
 }
 #endif
 
+inline namespace SSR_LANES_NAMESPACE {
+
+// Whether any lane of a comparison's result is true (a bool for one lane). On x86 its 16-byte halves are
+// OR-ed and their lanes' sign bits read at once (SSE2's movmskps, in every x86-64 build); elsewhere its
+// bits are OR-ed by words.
+template <class Mask>
+SSR_LANES_INLINE bool any_lane(const Mask& m) {
+  if constexpr (std::is_same<Mask, bool>::value) {  // one lane without vector extensions
+    return m;
+  } else {
+#if defined(__SSE2__)
+    if constexpr (sizeof(Mask) % 16 == 0) {
+      __m128 chunk[sizeof(Mask) / 16];
+      std::memcpy(chunk, &m, sizeof m);
+      for (std::size_t c = 1; c < sizeof(Mask) / 16; ++c) chunk[0] = _mm_or_ps(chunk[0], chunk[c]);
+      return _mm_movemask_ps(chunk[0]) != 0;
+    }
+#endif
+    using Word = std::conditional_t<sizeof(Mask) % 8 == 0, std::uint64_t, std::uint32_t>;
+    Word words[sizeof(Mask) / sizeof(Word)];
+    std::memcpy(words, &m, sizeof m);
+    Word any = 0;
+    for (const Word w : words) any |= w;
+    return any != 0;
+  }
+}
+
+}  // namespace SSR_LANES_NAMESPACE
 }  // namespace lanes
 }  // namespace cpu
 }  // namespace ssr

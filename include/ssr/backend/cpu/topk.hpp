@@ -21,10 +21,6 @@
 #include "ssr/backend/cpu/lanes.hpp"
 #include "ssr/view.hpp"
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 namespace ssr {
 namespace cpu {
 namespace topk {
@@ -61,31 +57,6 @@ constexpr int tiles_at_once(int most) {
   return g;
 }
 
-// Whether any lane of a comparison's result is true (a bool for one lane). On x86 its 16-byte halves are
-// OR-ed and their lanes' sign bits read at once (SSE2's movmskps, in every x86-64 build); elsewhere its
-// bits are OR-ed by words.
-template <class Mask>
-SSR_LANES_INLINE bool any_lane(const Mask& m) {
-  if constexpr (std::is_same<Mask, bool>::value) {  // one lane without vector extensions
-    return m;
-  } else {
-#if defined(__SSE2__)
-    if constexpr (sizeof(Mask) % 16 == 0) {
-      __m128 chunk[sizeof(Mask) / 16];
-      std::memcpy(chunk, &m, sizeof m);
-      for (std::size_t c = 1; c < sizeof(Mask) / 16; ++c) chunk[0] = _mm_or_ps(chunk[0], chunk[c]);
-      return _mm_movemask_ps(chunk[0]) != 0;
-    }
-#endif
-    using Word = std::conditional_t<sizeof(Mask) % 8 == 0, std::uint64_t, std::uint32_t>;
-    Word words[sizeof(Mask) / sizeof(Word)];
-    std::memcpy(words, &m, sizeof m);
-    Word any = 0;
-    for (const Word w : words) any |= w;
-    return any != 0;
-  }
-}
-
 // The top-K of tiles [g0, g0 + G) in vectors of L lanes (tiles past count repeat the last): value[r * stride
 // + t * tile + q] and index[...] (as T) are row q of tile t's r-th largest value and its expert. Returns
 // false where a chosen value is not finite or a list is not full.
@@ -115,7 +86,7 @@ SSR_LANES_INLINE bool sweep(const T* x, index_t n, index_t count, index_t g0, co
       Mask above[K];
       above[K - 1] = best[K - 1][c] < e;
       if constexpr (K > 4)  // long lists: a column no row takes skips their update
-        if (!any_lane(above[K - 1])) continue;
+        if (!lanes::any_lane(above[K - 1])) continue;
       SSR_UNROLL
       for (int r = 0; r < K - 1; ++r) above[r] = best[r][c] < e;
       SSR_UNROLL
@@ -139,7 +110,7 @@ SSR_LANES_INLINE bool sweep(const T* x, index_t n, index_t count, index_t g0, co
       std::memcpy(index + r * stride + (g0 * per + c) * L, &at[r][c], sizeof(V));
     }
   }
-  return !any_lane(bad);
+  return !lanes::any_lane(bad);
 }
 
 // The top-K of `count` tiles (see the top of this file) in vectors of L lanes, G tiles a sweep; value and
