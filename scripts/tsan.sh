@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake --preset tsan >/dev/null
-cmake --build --preset tsan --target ssr_tests -j"$(nproc)"
+cmake --build --preset tsan --target ssr_threaded_tests -j"$(nproc)"
 export OMP_TOOL_LIBRARIES=/usr/lib/llvm-14/lib/libarcher.so
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ignore_noninstrumented_modules=1"
-build-tsan/tests/ssr_tests "[threads],[determinism],[simd],[workspace]" --order rand --rng-seed 1
+build-tsan/tests/ssr_threaded_tests "[threads],[determinism],[simd],[workspace]" --order rand --rng-seed 1
