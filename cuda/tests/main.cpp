@@ -1,9 +1,9 @@
 // The property tests on the GPU: the Catch2 runner, which exits 77 (ctest's skip) without a CUDA device.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
 #include <cuda_runtime.h>
 
 #include <cstdio>
+
+#include "catch_session.hpp"
 
 int main(int argc, char** argv) {
   int devices = 0;
@@ -11,5 +11,5 @@ int main(int argc, char** argv) {
     std::printf("no CUDA device\n");
     return 77;
   }
-  return Catch::Session().run(argc, argv);
+  return ssr_test::run_catch_session(argc, argv);
 }
