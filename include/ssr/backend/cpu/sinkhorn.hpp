@@ -13,10 +13,13 @@
 // With a communicator, the column sums (and a log-domain column's maximum and sum) are reduced over the
 // ranks that share the problem, exactly (detail::sum_over_ranks), so every rank takes the same steps.
 // The setup builds K and Q a tile at a time (the float kernel from the logits by columns, other kernels row
-// by row) and makes the first pass on the way; the final plan, top-k and weights are the last pass's
-// t / r, from Q and v without exp, except for rows whose chosen experts' Q underflowed, which are redone
-// in the log domain. The float kernel's setup also tells whether every logit it read was finite, so the
-// backend need not scan them beforehand (CpuBackend::checks_while_routing).
+// by row) and makes the first pass on the way. The float kernel is built in Q's place and exponentiated
+// there, so K is never written out: the steps that read K again, all rare (absorption, rows and columns
+// redone in the log domain), build it again from the logits, the same bits. The final plan, top-k and
+// weights are the last pass's t / r, from Q and v without exp, except for rows whose chosen experts' Q
+// underflowed, which are redone in the log domain. The float kernel's setup also tells whether every
+// logit it read was finite, so the backend need not scan them beforehand
+// (CpuBackend::checks_while_routing).
 #pragma once
 
 #include <algorithm>
@@ -115,7 +118,7 @@ class Sinkhorn {
     const T tiny = static_cast<T>(math::underflow_threshold<T>());
     const bool float_form = checks_logits(spec);
     const auto bound = static_cast<T>(math::cost_bound<T>()), scale = static_cast<T>(1.0 / spec.sinkhorn.xi);
-    bool done = false, absorb = false, non_finite = false;
+    bool done = false, absorb = false, non_finite = false, kernel_held = !float_form;
     int iterations = 0;
     double err = 0;
 
@@ -141,13 +144,15 @@ class Sinkhorn {
       };
 
       // K = cost / xi in tiles, padding rows -inf; Q = exp(K) (h = 0, c = 0); and with it the first pass.
+      // The float kernel goes into Q's place (k), other kernels are kept.
       bool finite = true;
       SSR_OMP(for schedule(static) nowait)
       for (index_t blk = 0; blk < blocks; ++blk) {
         const auto [t0, t1] = block_tiles(blk);
+        T* k = (float_form ? q : logk) + t0 * size;
         if (float_form) {
           finite = V::float_kernel_tiles(s.row(t0 * tile), s.stride, std::min(m, t1 * tile) - t0 * tile, n, bound,
-                                         scale, logk + t0 * size) &&
+                                         scale, k) &&
                    finite;
         } else {
           for (index_t tl = t0; tl < t1; ++tl) {
@@ -163,10 +168,10 @@ class Sinkhorn {
             }
           }
         }
-        V::fill_lanes(logk + (t1 - 1) * size, n, rows_of(t1 - 1), -std::numeric_limits<T>::infinity());
+        V::fill_lanes(k + (t1 - 1 - t0) * size, n, rows_of(t1 - 1), -std::numeric_limits<T>::infinity());
         // The block's exps in one loop: its packets are independent. exp(-inf) may be a tiny double
         // (Eigen's exp), so the padding rows' Q is set to 0.
-        V::exp_row(logk + t0 * size, q + t0 * size, (t1 - t0) * size);
+        V::exp_row(k, q + t0 * size, (t1 - t0) * size);
         if (t1 == tiles) V::fill_lanes(q + (tiles - 1) * size, n, last_rows, T(0));
         std::fill(row_top + t0 * tile, row_top + t1 * tile, T(0));
         pass(blk);
@@ -178,10 +183,19 @@ class Sinkhorn {
       SSR_OMP(barrier)
       if (non_finite) return;  // every thread, after the barrier: the caller names the value
 
+      // Tile tl of K: the kept one, or the float kernel built again in `into` (a tile), padding rows -inf.
+      const auto kernel_tile = [&](index_t tl, T* into) -> const T* {
+        if (!float_form) return logk + tl * size;
+        V::float_kernel_tiles(s.row(tl * tile), s.stride, rows_of(tl), n, bound, scale, into);
+        V::fill_lanes(into, n, rows_of(tl), -std::numeric_limits<T>::infinity());
+        return into;
+      };
+
       // Row i in the log domain: a = K_i + g into t_buf, e = exp(a - max a) into e_buf; returns the sum
       // of e over the real columns.
       auto log_row = [&](index_t i) -> T {
-        V::gather_row(logk, i, n, np, nullptr, -std::numeric_limits<T>::infinity(), t_buf);
+        V::gather_row(kernel_tile(i / tile, by_columns), i % tile, n, np, nullptr, -std::numeric_limits<T>::infinity(),
+                      t_buf);
         At<Row> a(t_buf, 1, np), e(e_buf, 1, np);
         a += At<const Row>(gt, 1, np);
         e = (a - a.maxCoeff()).exp();
@@ -201,14 +215,19 @@ class Sinkhorn {
           for (index_t j = 0; j < n; ++j) error_sum += math::column_error(colsum[j], target);
           err = math::marginal_error(error_sum, rows_total);
           done = math::stop(err, iterations, spec.sinkhorn);
-          if (!done) absorb = update_columns(b, m, n, target, comm);
+          if (!done)
+            absorb = update_columns(b, m, n, target, comm, [&] {  // every tile of K, once
+              if (kernel_held) return;
+              for (index_t tl = 0; tl < tiles; ++tl) kernel_tile(tl, logk + tl * size);
+              kernel_held = true;
+            });
         }
         SSR_OMP(barrier)
         if (done) break;
         if (absorb) {  // Q = exp(K + h - c) with c the row's maximum, by tiles
           SSR_OMP(for schedule(static))
           for (index_t tl = 0; tl < tiles; ++tl) {
-            const T* ktile = logk + tl * size;
+            const T* ktile = kernel_tile(tl, by_columns);  // by_columns, rewritten in place below
             using Column = typename V::Column;
             Column top = Column::Constant(-std::numeric_limits<T>::infinity());
             for (index_t j = 0; j < n; ++j) top = top.max(At<const Column>(ktile + j * tile) + ht[j]);
@@ -294,17 +313,22 @@ class Sinkhorn {
   }
 
  private:
-  // The next g (math::next_column_potential, or the log-domain update where math::takes_log_update);
-  // then gt and v follow. Returns true when h absorbed g, so Q must be recomputed.
+  // The next g (math::next_column_potential, or the log-domain update where math::takes_log_update, after
+  // hold_kernel() has made b.logk hold K); then gt and v follow. Returns true when h absorbed g, so Q must
+  // be recomputed.
+  template <class HoldKernel>
   static bool update_columns(const Buffers& b, index_t m, index_t n, const math::ColumnTarget& target,
-                             const Communicator<HostStream>* comm) {
+                             const Communicator<HostStream>* comm, const HoldKernel& hold_kernel) {
     bool any_log = false;
     for (index_t j = 0; j < n; ++j) {
       b.log_update[j] = math::takes_log_update<T>(b.colsum[j], comm != nullptr) ? 1 : 0;
       any_log = any_log || b.log_update[j];
       if (!b.log_update[j]) b.g[j] = math::next_column_potential<T>(b.g[j], b.colsum[j], target);
     }
-    if (any_log) log_domain_columns(b, m, n, target, comm);
+    if (any_log) {
+      hold_kernel();
+      log_domain_columns(b, m, n, target, comm);
+    }
     bool absorb = false;
     for (index_t j = 0; j < n; ++j) {
       b.gt[j] = static_cast<T>(b.g[j]);
