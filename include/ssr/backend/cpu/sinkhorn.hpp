@@ -183,19 +183,25 @@ class Sinkhorn {
       SSR_OMP(barrier)
       if (non_finite) return;  // every thread, after the barrier: the caller names the value
 
-      // Tile tl of K: the kept one, or the float kernel built again in `into` (a tile), padding rows -inf.
+      // Tile tl of K: the held one, or the float kernel built again in `into` (a tile), padding rows -inf.
       const auto kernel_tile = [&](index_t tl, T* into) -> const T* {
-        if (!float_form) return logk + tl * size;
+        if (kernel_held) return logk + tl * size;
         V::float_kernel_tiles(s.row(tl * tile), s.stride, rows_of(tl), n, bound, scale, into);
         V::fill_lanes(into, n, rows_of(tl), -std::numeric_limits<T>::infinity());
         return into;
       };
 
       // Row i in the log domain: a = K_i + g into t_buf, e = exp(a - max a) into e_buf; returns the sum
-      // of e over the real columns.
+      // of e over the real columns. Its tile of K is built once for all its rows that need it (by_columns
+      // holds no other tile by then: the final rows come after every absorption).
+      index_t tile_in_columns = -1;
+      const T* row_tile = nullptr;
       auto log_row = [&](index_t i) -> T {
-        V::gather_row(kernel_tile(i / tile, by_columns), i % tile, n, np, nullptr, -std::numeric_limits<T>::infinity(),
-                      t_buf);
+        if (i / tile != tile_in_columns) {
+          tile_in_columns = i / tile;
+          row_tile = kernel_tile(tile_in_columns, by_columns);
+        }
+        V::gather_row(row_tile, i % tile, n, np, nullptr, -std::numeric_limits<T>::infinity(), t_buf);
         At<Row> a(t_buf, 1, np), e(e_buf, 1, np);
         a += At<const Row>(gt, 1, np);
         e = (a - a.maxCoeff()).exp();

@@ -1,0 +1,55 @@
+// The bits of CPU Sinkhorn routes that take the solver's rare paths, as one hash a case: built at two
+// revisions, `diff` of the two outputs says whether a change kept every bit. The cases: float logits, the
+// linear cost, xi 0.5 and 1 (the float kernel); logit scales up to 1e4 (rows whose chosen experts' Q
+// underflows, absorption) and a column every token disfavours by 1e4 (the log-domain column update);
+// one and two threads. Each hash covers the experts, weights and plan, the tiles' top-k path (no plan
+// asked), the iterations and the error.
+#include <ssr/router.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+namespace {
+
+// FNV-1a over the bytes of v, continuing from h.
+template <class V>
+std::uint64_t hash(std::uint64_t h, const std::vector<V>& v) {
+  const auto* c = reinterpret_cast<const unsigned char*>(v.data());
+  for (std::size_t e = 0; e < v.size() * sizeof(V); ++e) h = (h ^ c[e]) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
+int main() {
+  const ssr::index_t m = 9000, k = 2;
+  for (const ssr::index_t n : {4, 8, 16, 20, 128})
+    for (const double scale : {1.0, 1e2, 1e4})
+      for (const double xi : {0.5, 1.0})
+        for (const bool disfavoured : {false, true})
+          for (const int threads : {1, 2}) {
+            std::mt19937_64 gen(static_cast<std::uint64_t>(n * 7 + disfavoured));
+            std::normal_distribution<double> z;
+            std::vector<float> s(static_cast<std::size_t>(m * n));
+            for (std::size_t e = 0; e < s.size(); ++e)
+              s[e] = static_cast<float>(scale * z(gen) - 2.0 * static_cast<double>(e % n) / static_cast<double>(n));
+            if (disfavoured)
+              for (ssr::index_t i = 0; i < m; ++i) s[i * n + n - 1] = s[i * n] - 1e4f;
+            std::vector<std::int32_t> experts(m * k), tiles_experts(m * k);
+            std::vector<float> weights(m * k), tiles_weights(m * k), plan(m * n);
+            ssr::Router<ssr::SinkhornTopK, ssr::CpuBackend<float>> router(
+                ssr::SinkhornTopK(k, ssr::Cost::linear, {xi, 1e-6, 100}), ssr::CpuBackend<float>(threads));
+            const auto info = router.route({s.data(), m, n}, ssr::Context::train(0),
+                                           {{experts.data(), m, k}, {weights.data(), m, k}, {}, {plan.data(), m, n}});
+            router.route({s.data(), m, n}, ssr::Context::train(0),
+                         {{tiles_experts.data(), m, k}, {tiles_weights.data(), m, k}});
+            std::uint64_t h = 1469598103934665603ull;
+            h = hash(hash(hash(hash(hash(h, experts), weights), plan), tiles_experts), tiles_weights);
+            h = hash(h, std::vector<double>{static_cast<double>(info.iterations), info.marginal_error});
+            std::printf("n %3lld scale %5g xi %3g disfavoured %d threads %d: %3d iterations, hash %016llx\n",
+                        static_cast<long long>(n), scale, xi, disfavoured ? 1 : 0, threads, info.iterations,
+                        static_cast<unsigned long long>(h));
+          }
+}
