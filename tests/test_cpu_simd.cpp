@@ -276,6 +276,15 @@ TEST_CASE("the float exp gives the same bits in every vector width and on every 
     WARN("this processor has no AVX2 with FMA: the AVX2 path of the exp was not run");
   }
 #endif
+#if defined(SSR_DISPATCH_AVX512)
+  if (ssr::cpu::lanes::has_avx512()) {
+    std::fill(got.begin(), got.end(), -1.0f);
+    fexp::exp_avx512(in.data(), got.data(), static_cast<index_t>(in.size()));
+    same_bits(static_cast<index_t>(in.size()));
+  } else {
+    WARN("this processor has no AVX-512: the AVX-512 path of the exp was not run");
+  }
+#endif
   std::copy(in.begin(), in.end(), got.begin());  // in place
   fexp::exp(got.data(), got.data(), static_cast<index_t>(in.size()));
   got.back() = -1.0f;
@@ -353,6 +362,12 @@ TEMPLATE_TEST_CASE(
 #if defined(SSR_DISPATCH_AVX2)
       if (ssr::cpu::lanes::has_avx2()) {
         pass::scaled_avx2(q.data, vt.data, n, tiles, other_sum.data, other_part.data);
+        same_bits();
+      }
+#endif
+#if defined(SSR_DISPATCH_AVX512)
+      if (ssr::cpu::lanes::has_avx512()) {
+        pass::scaled_avx512(q.data, vt.data, n, tiles, other_sum.data, other_part.data);
         same_bits();
       }
 #endif

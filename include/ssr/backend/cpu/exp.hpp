@@ -1,6 +1,6 @@
 // The CPU backend's float exp: one formula, written once over lanes, run in the widest vectors the build
-// has, and with AVX2 and FMA where a baseline x86-64 build (SSE2, 4 floats) runs on a processor that has
-// them.
+// has, and with AVX2 and FMA (or AVX-512) where a baseline x86-64 build (SSE2, 4 floats) runs on a
+// processor that has them.
 //
 // The formula: x clamped to [-88, 88] (NaN read as -88, so no conversion is undefined), Cody-Waite
 // reduction to r in [-ln2/2, ln2/2] and a degree-7 polynomial (relative error below 1e-7), 2^k put in the
@@ -128,10 +128,19 @@ SSR_TARGET_AVX2_FMA inline void exp_avx2(const float* in, float* out, index_t co
   exp_in_lanes<8>(in, out, count);
 }
 #endif
+#if defined(SSR_DISPATCH_AVX512)
+// exp_compiled in 16-float AVX-512 vectors, for a baseline build on a processor with AVX-512.
+SSR_TARGET_AVX512_FMA inline void exp_avx512(const float* in, float* out, index_t count) {
+  exp_in_lanes<16>(in, out, count);
+}
+#endif
 
 // out = exp(in) for count floats (in == out allowed): the widest path this processor runs (a baseline
-// build's own code has no FMA instruction: it takes the AVX2 path for any count where it can).
+// build's own code has no FMA instruction: it takes the AVX2 or AVX-512 path for any count where it can).
 SSR_LANES_INLINE void exp(const float* in, float* out, index_t count) {
+#if defined(SSR_DISPATCH_AVX512)
+  if (lanes::has_avx512()) return exp_avx512(in, out, count);
+#endif
 #if defined(SSR_DISPATCH_AVX2)
   if (lanes::has_avx2_fma()) return exp_avx2(in, out, count);
 #endif

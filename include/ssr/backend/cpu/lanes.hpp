@@ -1,14 +1,15 @@
 // What the CPU backend's vector code written over GNU vectors (exp.hpp, pass.hpp, topk.hpp, columns.hpp)
 // builds on: whether the compiler has vector extensions, the widest vector the build compiles to one
-// register, and the AVX2 path that a baseline x86-64 build (SSE2) takes at run time where the processor
-// has it; and any_lane, which reads a comparison's lanes.
+// register, and the AVX2 and AVX-512 paths that a baseline x86-64 build (SSE2) takes at run time where the
+// processor has them; and any_lane, which reads a comparison's lanes.
 //
 // Such code declares its vector types inside each function (SSR_LANES), passes no vector to a function
 // (one crossing a function boundary in a build without its registers changes the ABI), and its functions
 // are inlined into their callers (SSR_LANES_INLINE), the AVX2 ones included. Every lane takes the same
 // operations in the same order, so the width changes no bit; the AVX2 path has no FMA (AVX2 alone does not
-// imply it), so it gives the baseline's bits. The float exp, whose formula is written with fused
-// multiply-adds (the same bits wherever they are computed), takes AVX2 with FMA.
+// imply it) and the AVX-512 path fuses nothing, so both give the baseline's bits. The float exp, whose
+// formula is written with fused multiply-adds (the same bits wherever they are computed), takes AVX2 with
+// FMA, or AVX-512.
 #pragma once
 
 #include <cstddef>
@@ -44,6 +45,19 @@
 #define SSR_TARGET_AVX2 __attribute__((target("avx2")))
 // The float exp, defined with fused multiply-adds, and the code that inlines it: AVX2 and FMA.
 #define SSR_TARGET_AVX2_FMA __attribute__((target("avx2,fma")))
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC also compiles the loops that gain most from wide vectors (the scaled pass, the float exp) for
+// AVX-512 (F, VL, BW, DQ: every processor with AVX-512 but the first Xeon Phis). AVX-512F has fused
+// multiply-adds, which GCC's default -ffp-contract=fast would put in place of products added to sums:
+// other bits than the baseline's; fp-contract=off keeps every path's bits the same (the float exp's
+// fused multiply-adds are its formula's own, std::fma). Clang, which fuses within an expression by
+// default and has no such attribute, keeps the AVX2 path.
+#define SSR_DISPATCH_AVX512 1
+#define SSR_TARGET_AVX512 \
+  __attribute__((target("avx2,avx512f,avx512vl,avx512bw,avx512dq"), optimize("fp-contract=off")))
+#define SSR_TARGET_AVX512_FMA \
+  __attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw,avx512dq"), optimize("fp-contract=off")))
+#endif
 #endif
 
 // SSR_UNROLL before a loop over a fixed, small number of vectors unrolls it, so that its arrays of vectors
@@ -103,6 +117,16 @@ inline bool has_avx2() {
 // Whether this processor runs AVX2 and FMA (every x86-64 processor with AVX2 but a few has FMA too).
 inline bool has_avx2_fma() {
   static const bool yes = has_avx2() && __builtin_cpu_supports("fma") != 0;
+  return yes;
+}
+#endif
+
+#if defined(SSR_DISPATCH_AVX512)
+// Whether this processor (and its operating system) runs AVX-512 F, VL, BW and DQ, and FMA; asked once.
+inline bool has_avx512() {
+  static const bool yes = has_avx2_fma() && __builtin_cpu_supports("avx512f") != 0 &&
+                          __builtin_cpu_supports("avx512vl") != 0 && __builtin_cpu_supports("avx512bw") != 0 &&
+                          __builtin_cpu_supports("avx512dq") != 0;
   return yes;
 }
 #endif

@@ -1,6 +1,6 @@
 // The CPU Sinkhorn's scaled pass over tiles of Q by columns (the one pass of an iteration), written once
-// over GNU vectors (lanes.hpp): in the build's widest vectors, and with AVX2 where a baseline x86-64 build
-// runs on a processor that has it. Every width and path gives the same bits.
+// over GNU vectors (lanes.hpp): in the build's widest vectors, and with AVX2 or AVX-512 where a baseline
+// x86-64 build runs on a processor that has it. Every width and path gives the same bits.
 //
 // For each row of `count` tiles (at most a block's rows; padding rows zeros), with v spread over a tile's
 // columns (vt[j * tile + l] = v_j): t = Q_i * v and r = sum_j t_j (into row_sum, a tile's 8 rows at a
@@ -269,10 +269,19 @@ SSR_TARGET_AVX2 void scaled_avx2(const T* q, const T* vt, index_t n, index_t cou
   scaled_in_lanes<T, 32 / static_cast<int>(sizeof(T))>(q, vt, n, count, row_sum, part);
 }
 #endif
+#if defined(SSR_DISPATCH_AVX512)
+template <class T>
+SSR_TARGET_AVX512 void scaled_avx512(const T* q, const T* vt, index_t n, index_t count, T* row_sum, T* part) {
+  scaled_in_lanes<T, 64 / static_cast<int>(sizeof(T))>(q, vt, n, count, row_sum, part);
+}
+#endif
 
 // The pass (see the top of this file) on the widest path this processor runs.
 template <class T>
 inline void scaled(const T* q, const T* vt, index_t n, index_t count, T* row_sum, T* part) {
+#if defined(SSR_DISPATCH_AVX512)
+  if (lanes::has_avx512()) return scaled_avx512(q, vt, n, count, row_sum, part);
+#endif
 #if defined(SSR_DISPATCH_AVX2)
   if (lanes::has_avx2()) return scaled_avx2(q, vt, n, count, row_sum, part);
 #endif
