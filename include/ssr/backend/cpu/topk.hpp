@@ -7,7 +7,8 @@
 // of a vector is a row, so the work is vertical. Expert j enters each row's sorted list of K where its
 // value (times v_j where Scaled) is strictly greater than an entry (ties to the lower index, as
 // math::topk), through max and min in std::max's and std::min's argument order, so that a NaN enters no
-// list (max(b, NaN) is b). For K <= 4 the update is branch-free; for longer lists a column no row of a
+// list (max(b, NaN) is b). For K <= 4 the update is branch-free, and for K <= 2 also free of selects by a
+// mask (an expert is kept plus one, so that a max takes the newer); for longer lists a column no row of a
 // vector takes skips their update. G tiles are swept at once, each vector of a column an independent chain
 // of updates whose latencies overlap.
 #pragma once
@@ -20,6 +21,10 @@
 
 #include "ssr/backend/cpu/lanes.hpp"
 #include "ssr/view.hpp"
+
+#if defined(SSR_VECTOR_EXTENSIONS) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
+#define SSR_HIDE_FROM_GCC 1
+#endif
 
 namespace ssr {
 namespace cpu {
@@ -60,7 +65,7 @@ constexpr int tiles_at_once(int most) {
 // The top-K of tiles [g0, g0 + G) in vectors of L lanes (tiles past count repeat the last): value[r * stride
 // + t * tile + q] and index[...] (as T) are row q of tile t's r-th largest value and its expert. Returns
 // false where a chosen value is not finite or a list is not full.
-template <class T, int L, int K, int G, bool Scaled>
+template <class T, int L, int K, int G, bool Scaled, bool InRegisters>
 SSR_LANES_INLINE bool sweep(const T* x, index_t n, index_t count, index_t g0, const T* v, T* value, T* index,
                             index_t stride) {
   SSR_LANES(V, T, L);
@@ -70,19 +75,65 @@ SSR_LANES_INLINE bool sweep(const T* x, index_t n, index_t count, index_t g0, co
   SSR_UNROLL
   for (index_t g = 0; g < G; ++g) at_tile[g] = x + std::min(g0 + g, count - 1) * n * tile;
   const V none = V{} - std::numeric_limits<T>::infinity();
-  V best[K][C], at[K][C];
+  V best[K][C], at[K][C];  // at: the expert plus one, 0 while a list is not full
   SSR_UNROLL
   for (int r = 0; r < K; ++r) {
     SSR_UNROLL
-    for (index_t c = 0; c < C; ++c) best[r][c] = none, at[r][c] = V{} - T(1);
+    for (index_t c = 0; c < C; ++c) best[r][c] = none, at[r][c] = V{};
   }
-  V here = V{};
+  V here = V{} + T(1);  // j + 1
   for (index_t j = 0; j < n; ++j, here += T(1)) {
     SSR_UNROLL
     for (index_t c = 0; c < C; ++c) {
       V e;
       std::memcpy(&e, at_tile[c / per] + j * tile + c % per * L, sizeof e);
       if constexpr (Scaled) e *= v[j];
+#if defined(SSR_VECTOR_EXTENSIONS)
+      if constexpr (K <= 2) {
+        // Without selects by a mask (blends: three micro-operations each on recent Intel cores): the values
+        // by max and min, the experts by max and bit operations, as here exceeds every expert in a list.
+        using Int = std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>;
+        SSR_LANES(Bits, Int, L);
+        V ev = e, ev2 = e;  // e for the min and the max
+        Bits above0 = best[0][c] < e;
+#if defined(SSR_HIDE_FROM_GCC)
+        // GCC makes selects, then blends, of bit operations on masks and of a max or min that shares a
+        // comparison with them; the empty statements hide what it would see (where a vector is a register
+        // of the function's target: the build's own widths and the AVX2 path).
+        if constexpr (InRegisters) __asm__("" : "+v"(ev), "+v"(ev2), "+v"(above0));
+#endif
+        Bits bits;
+        V entered;  // above ? here : 0
+        if constexpr (K == 2) {
+          Bits above1 = best[1][c] < e;  // true wherever above0 is
+#if defined(SSR_HIDE_FROM_GCC)
+          if constexpr (InRegisters) __asm__("" : "+v"(above1));
+#endif
+          const V lower = best[0][c] < ev ? best[0][c] : ev;  // std::min(e, best[0])
+          best[1][c] = best[1][c] < lower ? lower : best[1][c];
+          std::memcpy(&bits, &here, sizeof bits);
+          bits &= above1;
+          std::memcpy(&entered, &bits, sizeof entered);
+          const V second = at[1][c] < entered ? entered : at[1][c];  // above1 ? here : at[1]
+          // above0 ? at[0] : NaN, then the lesser of it and second (second where it is NaN): at[0] where e
+          // took the first place (second is then here, above at[0]).
+          const V nan = V{} + std::numeric_limits<T>::quiet_NaN();
+          Bits nan_bits;
+          std::memcpy(&nan_bits, &nan, sizeof nan_bits);
+          std::memcpy(&bits, &at[0][c], sizeof bits);
+          bits |= ~above0 & nan_bits;
+          V first;
+          std::memcpy(&first, &bits, sizeof first);
+          at[1][c] = first < second ? first : second;
+        }
+        best[0][c] = best[0][c] < ev2 ? ev2 : best[0][c];
+        std::memcpy(&bits, &here, sizeof bits);
+        bits &= above0;
+        std::memcpy(&entered, &bits, sizeof entered);
+        at[0][c] = at[0][c] < entered ? entered : at[0][c];  // above0 ? here : at[0]
+        continue;
+      }
+#endif
       Mask above[K];
       above[K - 1] = best[K - 1][c] < e;
       if constexpr (K > 4)  // long lists: a column no row takes skips their update
@@ -99,15 +150,16 @@ SSR_LANES_INLINE bool sweep(const T* x, index_t n, index_t count, index_t g0, co
       at[0][c] = above[0] ? here : at[0][c];
     }
   }
-  Mask bad = V{} != V{};  // a chosen value not finite (x - x is NaN), or a list not full (index -1)
+  Mask bad = V{} != V{};  // a chosen value not finite (x - x is NaN), or a list not full (no expert)
   SSR_UNROLL
   for (int r = 0; r < K; ++r) {
     SSR_UNROLL
     for (index_t c = 0; c < C; ++c) {
       bad |= (best[r][c] - best[r][c]) != V{};  // NOLINT(misc-redundant-expression)
-      bad |= at[r][c] < V{};
+      bad |= at[r][c] == V{};
+      const V expert = at[r][c] - T(1);
       std::memcpy(value + r * stride + (g0 * per + c) * L, &best[r][c], sizeof(V));
-      std::memcpy(index + r * stride + (g0 * per + c) * L, &at[r][c], sizeof(V));
+      std::memcpy(index + r * stride + (g0 * per + c) * L, &expert, sizeof(V));
     }
   }
   return !lanes::any_lane(bad);
@@ -115,18 +167,19 @@ SSR_LANES_INLINE bool sweep(const T* x, index_t n, index_t count, index_t g0, co
 
 // The top-K of `count` tiles (see the top of this file) in vectors of L lanes, G tiles a sweep; value and
 // index hold at least ceil(count / G) * G tiles.
-template <class T, int L, int K, int G, bool Scaled>
+template <class T, int L, int K, int G, bool Scaled,
+          bool InRegisters = (L > 1 && L * static_cast<int>(sizeof(T)) <= lanes::widest_bytes)>
 SSR_LANES_INLINE bool tiles_in_lanes(const T* x, index_t n, index_t count, const T* v, T* value, T* index,
                                      index_t stride) {
   for (index_t g0 = 0; g0 < count; g0 += G)
-    if (!sweep<T, L, K, G, Scaled>(x, n, count, g0, v, value, index, stride)) return false;
+    if (!sweep<T, L, K, G, Scaled, InRegisters>(x, n, count, g0, v, value, index, stride)) return false;
   return true;
 }
 
 #if defined(SSR_DISPATCH_AVX2)
 template <class T, int K, int G, bool Scaled>
 SSR_TARGET_AVX2 bool tiles_avx2(const T* x, index_t n, index_t count, const T* v, T* value, T* index, index_t stride) {
-  return tiles_in_lanes<T, 32 / static_cast<int>(sizeof(T)), K, G, Scaled>(x, n, count, v, value, index, stride);
+  return tiles_in_lanes<T, 32 / static_cast<int>(sizeof(T)), K, G, Scaled, true>(x, n, count, v, value, index, stride);
 }
 #endif
 
@@ -143,3 +196,5 @@ inline bool tiles(const T* x, index_t n, index_t count, const T* v, T* value, T*
 }  // namespace topk
 }  // namespace cpu
 }  // namespace ssr
+
+#undef SSR_HIDE_FROM_GCC
