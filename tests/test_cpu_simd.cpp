@@ -151,6 +151,17 @@ void check_columns_in_lanes(const T* s, index_t stride, index_t rows, index_t n,
     REQUIRE(std::memcmp(got.data(), want.data(), got.size() * sizeof(T)) == 0);
   }
 #endif
+#if defined(SSR_DISPATCH_AVX512) && defined(SSR_SHUFFLE_VECTOR)
+  if constexpr (std::is_same<T, float>::value) {
+    if (ssr::cpu::lanes::has_avx512()) {
+      std::fill(got.begin(), got.end(), T(-1));
+      REQUIRE(columns::tiles_avx512<Kernel>(s, stride, rows, n, scale, bound, got.data()) ==
+              columns::tiles_in_lanes<T, 1, Kernel>(s, stride, rows, n, scale, bound, want.data()));
+      INFO("the AVX-512 path");
+      REQUIRE(std::memcmp(got.data(), want.data(), got.size() * sizeof(T)) == 0);
+    }
+  }
+#endif
 }
 
 }  // namespace
@@ -163,13 +174,15 @@ TEMPLATE_TEST_CASE(
   std::normal_distribution<double> normal(0.0, 4.0);
   std::uniform_int_distribution<int> small(0, 3);
   const auto bound = static_cast<TestType>(ssr::math::cost_bound<TestType>());
-  for (index_t n : {1, 2, 3, 4, 7, 8, 9, 16, 21}) {
+  for (index_t n : {1, 2, 3, 4, 7, 8, 9, 16, 21, 32, 35}) {  // up to two blocks of 16 columns and a rest
     for (index_t rows : {1, 5, 8, 13, 32}) {
-      for (int trial = 0; trial < 3; ++trial) {
+      for (int trial = 0; trial < 4; ++trial) {
         const index_t stride = n + trial;  // rows may lie apart
         std::vector<TestType> s(static_cast<std::size_t>(rows * stride));
         for (auto& e : s) e = static_cast<TestType>(trial == 1 ? small(gen) : normal(gen));  // ties, or spread
         if (trial == 2) s[0] = static_cast<TestType>(-1e30);                                 // below -bound
+        if (trial == 3)
+          s[static_cast<std::size_t>(rows / 2 * stride + n / 2)] = std::numeric_limits<TestType>::infinity();
         for (TestType scale : {TestType(1), TestType(2)}) {
           check_columns_in_lanes<TestType, 1, false>(s.data(), stride, rows, n, scale, bound);  // the AVX2 copy
 #if defined(SSR_VECTOR_EXTENSIONS) && defined(SSR_SHUFFLE_VECTOR)

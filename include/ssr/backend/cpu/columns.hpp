@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "ssr/backend/cpu/lanes.hpp"
 #include "ssr/view.hpp"
@@ -36,16 +37,16 @@ constexpr int widest() {
 #endif
 }
 
-// One tile from the rows at row[0..tile) (n columns) into x by columns, in vectors of L lanes. Where Top,
-// also the maximum of each row, into top (a tile's column: tile / L vectors): the maximum of finite values,
-// which no order changes.
+// One tile from the rows at row[0..tile) (n columns, from column `from` on) into x by columns, in vectors of
+// L lanes. Where Top, also the maximum of each row over those columns, into top (a tile's column: tile / L
+// vectors): the maximum of finite values, which no order changes.
 template <class T, int L, bool Top>
-SSR_LANES_INLINE void copy_tile(const T* const* row, index_t n, T* x, T* top) {
+SSR_LANES_INLINE void copy_tile(const T* const* row, index_t n, T* x, T* top, index_t from = 0) {
   SSR_LANES(V, T, L);
   constexpr index_t per = tile / L;  // vectors a column
   V best[per];
   for (auto& b : best) b = V{} - std::numeric_limits<T>::infinity();
-  index_t j0 = 0;
+  index_t j0 = from;
 #if defined(SSR_SHUFFLE_VECTOR)
   if constexpr (L > 1)
     for (; j0 + L <= n; j0 += L)
@@ -151,10 +152,100 @@ SSR_TARGET_AVX2 bool tiles_avx2(const T* s, index_t stride, index_t rows, index_
 }
 #endif
 
+#if defined(SSR_DISPATCH_AVX512) && defined(SSR_SHUFFLE_VECTOR)
+// tiles_in_lanes for floats with AVX-512, in vectors of two adjacent columns of a tile (16 floats: the
+// first column's rows, then the second's). A tile's 16 columns at a time, 8 rows of 16 floats, become 8
+// such vectors in three exchanges of a bit of the vector's index (first the row) with a bit of the lane's
+// (first the column): rows q and q + 4 exchange lane bit 3, then q and q + 2 lane bit 2, then q and q + 1
+// lane bit 1, the last exchange also putting each column's rows together (each step a shuffle of two
+// vectors). The columns past the last 16 go as tiles_in_lanes takes them in 8 floats, and the kernel
+// takes two columns a vector; the same operations on each element, so the same bits.
+template <bool Kernel>
+SSR_TARGET_AVX512 bool tiles_avx512(const float* s, index_t stride, index_t rows, index_t n, float scale, float bound,
+                                    float* x) {
+  SSR_LANES(W, float, 16);
+  SSR_LANES(V, float, 8);
+  const W least = W{} - bound;
+  const V least_last = V{} - bound;
+  auto non_finite = W{} != W{};
+  auto non_finite_last = V{} != V{};
+  for (index_t i0 = 0; i0 < rows; i0 += tile, x += n * tile) {
+    const float* row[tile];
+    for (index_t q = 0; q < tile; ++q) row[q] = s + (i0 + std::min(q, rows - 1 - i0)) * stride;
+    W best = W{} - std::numeric_limits<float>::infinity();  // lanes 0-7 over even columns, 8-15 odd
+    index_t j0 = 0;
+    for (; j0 + 2 * tile <= n; j0 += 2 * tile) {
+      W a[tile], b[tile];
+      SSR_UNROLL
+      for (index_t q = 0; q < tile; ++q) std::memcpy(&a[q], row[q] + j0, sizeof(W));
+      SSR_UNROLL
+      for (int v = 0; v < 4; ++v) {
+        b[v] = __builtin_shufflevector(a[v], a[v + 4], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+        b[v + 4] =
+            __builtin_shufflevector(a[v], a[v + 4], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+      }
+      SSR_UNROLL
+      for (int v : {0, 1, 4, 5}) {
+        a[v] = __builtin_shufflevector(b[v], b[v + 2], 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+        a[v + 2] = __builtin_shufflevector(b[v], b[v + 2], 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+      }
+      SSR_UNROLL
+      for (int v = 0; v < tile; v += 2) {
+        b[v] = __builtin_shufflevector(a[v], a[v + 1], 0, 16, 4, 20, 8, 24, 12, 28, 1, 17, 5, 21, 9, 25, 13, 29);
+        b[v + 1] = __builtin_shufflevector(a[v], a[v + 1], 2, 18, 6, 22, 10, 26, 14, 30, 3, 19, 7, 23, 11, 27, 15, 31);
+      }
+      SSR_UNROLL
+      for (index_t p = 0; p < tile; ++p) std::memcpy(x + (j0 + 2 * p) * tile, &b[p], sizeof(W));
+      if constexpr (Kernel) {  // the pairs in a tree (std::max), then into the running maximum
+        SSR_UNROLL
+        for (index_t d = 1; d < tile; d *= 2) {
+          SSR_UNROLL
+          for (index_t p = 0; p + d < tile; p += 2 * d) b[p] = b[p] < b[p + d] ? b[p + d] : b[p];
+        }
+        best = best < b[0] ? b[0] : best;
+      }
+    }
+    alignas(64) float top[tile];
+    copy_tile<float, 8, Kernel>(row, n, x, top, j0);
+    if constexpr (Kernel) {
+      V t8;
+      std::memcpy(&t8, top, sizeof t8);
+      const V even = __builtin_shufflevector(best, best, 0, 1, 2, 3, 4, 5, 6, 7),
+              odd = __builtin_shufflevector(best, best, 8, 9, 10, 11, 12, 13, 14, 15);
+      const V pairs = even < odd ? odd : even;
+      t8 = t8 < pairs ? pairs : t8;
+      const W t = __builtin_shufflevector(t8, t8, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
+      index_t j = 0;
+      for (; j + 2 <= n; j += 2) {
+        W e;
+        std::memcpy(&e, x + j * tile, sizeof e);
+        non_finite |= (e - e) != W{};  // NOLINT(misc-redundant-expression): an or, no chain of latencies
+        e = (e - t) * scale;
+        e = e < least ? least : e;  // std::max(e, -bound)
+        std::memcpy(x + j * tile, &e, sizeof e);
+      }
+      if (j < n) {  // the last column of an odd n
+        V e;
+        std::memcpy(&e, x + j * tile, sizeof e);
+        non_finite_last |= (e - e) != V{};  // NOLINT(misc-redundant-expression)
+        e = (e - t8) * scale;
+        e = e < least_last ? least_last : e;
+        std::memcpy(x + j * tile, &e, sizeof e);
+      }
+    }
+  }
+  return !lanes::any_lane(non_finite) && !lanes::any_lane(non_finite_last);
+}
+#endif
+
 // The tiles (and, where Kernel, the float kernel and whether every value was finite) of `rows` rows on the
 // widest path this processor runs.
 template <class T, bool Kernel>
 inline bool tiles(const T* s, index_t stride, index_t rows, index_t n, T scale, T bound, T* x) {
+#if defined(SSR_DISPATCH_AVX512) && defined(SSR_SHUFFLE_VECTOR)
+  if constexpr (std::is_same<T, float>::value)
+    if (lanes::has_avx512()) return tiles_avx512<Kernel>(s, stride, rows, n, scale, bound, x);
+#endif
 #if defined(SSR_DISPATCH_AVX2) && defined(SSR_SHUFFLE_VECTOR)
   if (lanes::has_avx2()) return tiles_avx2<T, Kernel>(s, stride, rows, n, scale, bound, x);
 #endif
