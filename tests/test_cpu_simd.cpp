@@ -174,7 +174,7 @@ TEMPLATE_TEST_CASE(
   std::normal_distribution<double> normal(0.0, 4.0);
   std::uniform_int_distribution<int> small(0, 3);
   const auto bound = static_cast<TestType>(ssr::math::cost_bound<TestType>());
-  for (index_t n : {1, 2, 3, 4, 7, 8, 9, 16, 21, 32, 35}) {  // up to two blocks of 16 columns and a rest
+  for (index_t n : {1, 2, 3, 4, 7, 8, 9, 13, 16, 21, 29, 32, 35}) {  // blocks of 16 and 8 columns, and a rest
     for (index_t rows : {1, 5, 8, 13, 32}) {
       for (int trial = 0; trial < 4; ++trial) {
         const index_t stride = n + trial;  // rows may lie apart

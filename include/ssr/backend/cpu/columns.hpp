@@ -158,8 +158,9 @@ SSR_TARGET_AVX2 bool tiles_avx2(const T* s, index_t stride, index_t rows, index_
 // such vectors in three exchanges of a bit of the vector's index (first the row) with a bit of the lane's
 // (first the column): rows q and q + 4 exchange lane bit 3, then q and q + 2 lane bit 2, then q and q + 1
 // lane bit 1, the last exchange also putting each column's rows together (each step a shuffle of two
-// vectors). The columns past the last 16 go as tiles_in_lanes takes them in 8 floats, and the kernel
-// takes two columns a vector; the same operations on each element, so the same bits.
+// vectors); then 8 columns at a time, two rows a vector, in two exchanges. The last n % 8 columns go as
+// tiles_in_lanes takes them, and the kernel takes two columns a vector; the same operations on each
+// element, so the same bits.
 template <bool Kernel>
 SSR_TARGET_AVX512 bool tiles_avx512(const float* s, index_t stride, index_t rows, index_t n, float scale, float bound,
                                     float* x) {
@@ -203,6 +204,34 @@ SSR_TARGET_AVX512 bool tiles_avx512(const float* s, index_t stride, index_t rows
           for (index_t p = 0; p + d < tile; p += 2 * d) b[p] = b[p] < b[p + d] ? b[p + d] : b[p];
         }
         best = best < b[0] ? b[0] : best;
+      }
+    }
+    for (; j0 + tile <= n; j0 += tile) {  // 8 columns: two rows a vector, two exchanges
+      W a[4], b[4];
+      SSR_UNROLL
+      for (int k = 0; k < 4; ++k) {
+        V first, second;
+        std::memcpy(&first, row[2 * k] + j0, sizeof first);
+        std::memcpy(&second, row[2 * k + 1] + j0, sizeof second);
+        a[k] = __builtin_shufflevector(first, second, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+      }
+      SSR_UNROLL
+      for (int v = 0; v < 2; ++v) {
+        b[v] = __builtin_shufflevector(a[v], a[v + 2], 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+        b[v + 2] = __builtin_shufflevector(a[v], a[v + 2], 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+      }
+      SSR_UNROLL
+      for (int v = 0; v < 4; v += 2) {
+        a[v] = __builtin_shufflevector(b[v], b[v + 1], 0, 8, 16, 24, 4, 12, 20, 28, 1, 9, 17, 25, 5, 13, 21, 29);
+        a[v + 1] = __builtin_shufflevector(b[v], b[v + 1], 2, 10, 18, 26, 6, 14, 22, 30, 3, 11, 19, 27, 7, 15, 23, 31);
+      }
+      SSR_UNROLL
+      for (index_t p = 0; p < 4; ++p) std::memcpy(x + (j0 + 2 * p) * tile, &a[p], sizeof(W));
+      if constexpr (Kernel) {
+        a[0] = a[0] < a[1] ? a[1] : a[0];
+        a[2] = a[2] < a[3] ? a[3] : a[2];
+        a[0] = a[0] < a[2] ? a[2] : a[0];
+        best = best < a[0] ? a[0] : best;
       }
     }
     alignas(64) float top[tile];
