@@ -1,8 +1,8 @@
 // The CPU backend's copy of rows into tiles held by columns, and the float kernel over it (for
 // Simd::load_tiles and Simd::float_kernel_tiles), written once over GNU vectors (lanes.hpp): in vectors of
-// a tile's column (8 floats) or less, and with AVX2 where a baseline x86-64 build runs on a processor that
-// has it. Every width and path gives the same bits: the work is moves, maxima, one subtraction, one
-// multiplication and a clamp.
+// a tile's column (8 floats) or less, and with AVX2 (or, for floats, AVX-512 in vectors of two columns)
+// where a baseline x86-64 build runs on a processor that has it. Every width and path gives the same bits:
+// the work is moves, maxima, one subtraction, one multiplication and a clamp.
 //
 // `rows` rows of s (row stride `stride`, n columns) become ceil(rows / tile) tiles one after another, tile
 // t's element (q, j) at x[(t * n + j) * tile + q] = s[(t * tile + q) * stride + j]; a last, partial tile
