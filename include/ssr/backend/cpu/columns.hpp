@@ -114,33 +114,54 @@ SSR_LANES_INLINE void copy_tile(const T* const* row, index_t n, T* x, T* top, in
   if constexpr (Top) std::memcpy(top, best, sizeof best);
 }
 
+// The float kernel in place over `count` values of a tile by columns at x (a whole number of steps), in
+// vectors of L lanes (L divides a tile's column, or is two columns), from the maximum of each of the tile's
+// rows (top, a tile's column): K_ij = max((S_ij - max_j S_ij) * scale, -bound). Lanes that met a
+// non-finite S_ij (S - S is NaN for a NaN or an infinity, 0 else) are set in non_finite.
+template <class T, int L, class Mask>
+SSR_LANES_INLINE void kernel_over_tile(T* x, index_t count, const T* top, T scale, T bound, Mask& non_finite) {
+  SSR_LANES(V, T, L);
+  constexpr index_t per = L < tile ? tile / L : 1, step = per * L;  // vectors a step, values a step
+  V t[per];                                                         // top, repeated over a step
+#if defined(SSR_SHUFFLE_VECTOR)
+  if constexpr (L > tile) {  // two columns: top in both halves by a shuffle (two narrower stores and a
+    SSR_LANES(H, T, tile);   // wider load would wait on each other)
+    static_assert(L == 16 && tile == 8, "two columns of 8 rows");
+    H column;
+    std::memcpy(&column, top, sizeof column);
+    t[0] = __builtin_shufflevector(column, column, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
+  } else
+#endif
+  {
+    std::memcpy(t, top, sizeof t);
+  }
+  const V least = V{} - bound;
+  for (index_t c = 0; c < count; c += step) {
+    SSR_UNROLL
+    for (index_t h = 0; h < per; ++h) {
+      V e;
+      std::memcpy(&e, x + c + h * L, sizeof e);
+      non_finite |= (e - e) != V{};  // NOLINT(misc-redundant-expression): an or, no chain of latencies
+      e = (e - t[h]) * scale;
+      e = e < least ? least : e;  // std::max(e, -bound)
+      std::memcpy(x + c + h * L, &e, sizeof e);
+    }
+  }
+}
+
 // The tiles of `rows` rows (see the top of this file) in vectors of L lanes; where Kernel, each tile then
-// holds the float kernel of its rows, K_ij = max((S_ij - max_j S_ij) * scale, -bound), and the return
-// says whether every S_ij was finite (S - S is NaN for a NaN or an infinity, 0 else), else true.
+// holds the float kernel of its rows (kernel_over_tile), and the return says whether every S_ij was
+// finite, else true.
 template <class T, int L, bool Kernel>
 SSR_LANES_INLINE bool tiles_in_lanes(const T* s, index_t stride, index_t rows, index_t n, T scale, T bound, T* x) {
   SSR_LANES(V, T, L);
-  constexpr index_t per = tile / L;
-  const V least = V{} - bound;
-  auto non_finite = V{} != V{};  // lanes that met a non-finite value (x - x is NaN): a mask, all clear
+  auto non_finite = V{} != V{};  // lanes that met a non-finite value: a mask, all clear
   for (index_t i0 = 0; i0 < rows; i0 += tile, x += n * tile) {
     const T* row[tile];
     for (index_t q = 0; q < tile; ++q) row[q] = s + (i0 + std::min(q, rows - 1 - i0)) * stride;
     alignas(64) T top[tile];
     copy_tile<T, L, Kernel>(row, n, x, top);
-    if constexpr (Kernel) {
-      V t[per];
-      std::memcpy(t, top, sizeof t);
-      for (index_t j = 0; j < n; ++j)
-        for (index_t h = 0; h < per; ++h) {
-          V e;
-          std::memcpy(&e, x + j * tile + h * L, sizeof e);
-          non_finite |= (e - e) != V{};  // NOLINT(misc-redundant-expression): an or, no chain of latencies
-          e = (e - t[h]) * scale;
-          e = e < least ? least : e;  // std::max(e, -bound)
-          std::memcpy(x + j * tile + h * L, &e, sizeof e);
-        }
-    }
+    if constexpr (Kernel) kernel_over_tile<T, L>(x, n * tile, top, scale, bound, non_finite);
   }
   return !lanes::any_lane(non_finite);
 }
@@ -159,17 +180,15 @@ SSR_TARGET_AVX2 bool tiles_avx2(const T* s, index_t stride, index_t rows, index_
 // (first the column): rows q and q + 4 exchange lane bit 3, then q and q + 2 lane bit 2, then q and q + 1
 // lane bit 1, the last exchange also putting each column's rows together (each step a shuffle of two
 // vectors); then 8 columns at a time, two rows a vector, in two exchanges. The last n % 8 columns go as
-// tiles_in_lanes takes them, and the kernel takes two columns a vector; the same operations on each
-// element, so the same bits.
+// tiles_in_lanes takes them, and the kernel (kernel_over_tile) two columns a vector; the same operations
+// on each element, so the same bits.
 template <bool Kernel>
 SSR_TARGET_AVX512 bool tiles_avx512(const float* s, index_t stride, index_t rows, index_t n, float scale, float bound,
                                     float* x) {
   SSR_LANES(W, float, 16);
   SSR_LANES(V, float, 8);
-  const W least = W{} - bound;
-  const V least_last = V{} - bound;
   auto non_finite = W{} != W{};
-  auto non_finite_last = V{} != V{};
+  auto non_finite_last = V{} != V{};  // an odd n's last column
   for (index_t i0 = 0; i0 < rows; i0 += tile, x += n * tile) {
     const float* row[tile];
     for (index_t q = 0; q < tile; ++q) row[q] = s + (i0 + std::min(q, rows - 1 - i0)) * stride;
@@ -236,31 +255,16 @@ SSR_TARGET_AVX512 bool tiles_avx512(const float* s, index_t stride, index_t rows
     }
     alignas(64) float top[tile];
     copy_tile<float, 8, Kernel>(row, n, x, top, j0);
-    if constexpr (Kernel) {
-      V t8;
-      std::memcpy(&t8, top, sizeof t8);
+    if constexpr (Kernel) {  // the maxima of the even and odd columns' blocks join the rest's
+      V t;
+      std::memcpy(&t, top, sizeof t);
       const V even = __builtin_shufflevector(best, best, 0, 1, 2, 3, 4, 5, 6, 7),
               odd = __builtin_shufflevector(best, best, 8, 9, 10, 11, 12, 13, 14, 15);
       const V pairs = even < odd ? odd : even;
-      t8 = t8 < pairs ? pairs : t8;
-      const W t = __builtin_shufflevector(t8, t8, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
-      index_t j = 0;
-      for (; j + 2 <= n; j += 2) {
-        W e;
-        std::memcpy(&e, x + j * tile, sizeof e);
-        non_finite |= (e - e) != W{};  // NOLINT(misc-redundant-expression): an or, no chain of latencies
-        e = (e - t) * scale;
-        e = e < least ? least : e;  // std::max(e, -bound)
-        std::memcpy(x + j * tile, &e, sizeof e);
-      }
-      if (j < n) {  // the last column of an odd n
-        V e;
-        std::memcpy(&e, x + j * tile, sizeof e);
-        non_finite_last |= (e - e) != V{};  // NOLINT(misc-redundant-expression)
-        e = (e - t8) * scale;
-        e = e < least_last ? least_last : e;
-        std::memcpy(x + j * tile, &e, sizeof e);
-      }
+      t = t < pairs ? pairs : t;
+      std::memcpy(top, &t, sizeof t);
+      kernel_over_tile<float, 2 * tile>(x, n / 2 * 2 * tile, top, scale, bound, non_finite);
+      if (n % 2 != 0) kernel_over_tile<float, tile>(x + (n - 1) * tile, tile, top, scale, bound, non_finite_last);
     }
   }
   return !lanes::any_lane(non_finite) && !lanes::any_lane(non_finite_last);
