@@ -476,14 +476,19 @@ void check_tiles_every_width(const T* x, index_t n, index_t count, const T* v) {
   check_tiles_in_lanes<T, L, K, 2>(x, n, count, v);
   check_tiles_in_lanes<T, 2 * L, K, 4>(x, n, count, v);
   if constexpr (4 * L <= ssr::cpu::topk::tile) check_tiles_in_lanes<T, 4 * L, K, 2>(x, n, count, v);
+#if defined(SSR_SHUFFLE_VECTOR)
+  // The columns of two tiles a vector.
+  check_tiles_in_lanes<T, 2 * ssr::cpu::topk::tile, K, 2>(x, n, count, v);
+  check_tiles_in_lanes<T, 2 * ssr::cpu::topk::tile, K, 4>(x, n, count, v);
+#endif
 #else
   check_tiles_in_lanes<T, 1, K, 2>(x, n, count, v);
 #endif
-#if defined(SSR_DISPATCH_AVX2)
-  if (ssr::cpu::lanes::has_avx2()) {  // the AVX2 path against the same definition
-    constexpr index_t stride = 4 * ssr::cpu::topk::tile;
+  // The paths dispatched at run time against the same definition (a lane at a time, a tile a sweep).
+  constexpr index_t stride = 4 * ssr::cpu::topk::tile;
+  const auto same_as_one_lane = [&](auto path) {
     alignas(64) T value[K * stride], index[K * stride], other_value[K * stride], other_index[K * stride];
-    const bool found = ssr::cpu::topk::tiles_avx2<T, K, 1, true>(x, n, count, v, value, index, stride);
+    const bool found = path(value, index);
     REQUIRE(found ==
             ssr::cpu::topk::tiles_in_lanes<T, 1, K, 1, true>(x, n, count, v, other_value, other_index, stride));
     if (found)
@@ -492,8 +497,27 @@ void check_tiles_every_width(const T* x, index_t n, index_t count, const T* v) {
           REQUIRE(value[c + i] == other_value[c + i]);
           REQUIRE(index[c + i] == other_index[c + i]);
         }
+  };
+#if defined(SSR_DISPATCH_AVX2)
+  if (ssr::cpu::lanes::has_avx2())
+    same_as_one_lane([&](T* value, T* index) {
+      return ssr::cpu::topk::tiles_avx2<T, K, 1, true>(x, n, count, v, value, index, stride);
+    });
+#endif
+#if defined(SSR_DISPATCH_AVX512) && defined(SSR_SHUFFLE_VECTOR)
+  if (ssr::cpu::lanes::has_avx512()) {
+    constexpr int G = sizeof(T) == 4 ? 2 : 1;  // a vector's tiles
+    same_as_one_lane([&](T* value, T* index) {
+      return ssr::cpu::topk::tiles_avx512<T, K, G, true>(x, n, count, v, value, index, stride);
+    });
+    same_as_one_lane([&](T* value, T* index) {
+      return ssr::cpu::topk::tiles_avx512<T, K, 4, true>(x, n, count, v, value, index, stride);
+    });
   }
 #endif
+  same_as_one_lane([&](T* value, T* index) {  // the dispatch, as topk_tiles_weights calls it
+    return ssr::cpu::topk::tiles<T, K, 4, true>(x, n, count, v, value, index, stride);
+  });
 }
 
 }  // namespace

@@ -158,6 +158,26 @@ SSR_LANES_INLINE bool any_lane(const Mask& m) {
   }
 }
 
+// Whether any bit of a value (a vector, or a scalar) is set: on x86 its 16-byte halves OR-ed and compared
+// with zero by words (SSE2, in every x86-64 build); elsewhere its bits OR-ed by words.
+template <class Value>
+SSR_LANES_INLINE bool any_bit(const Value& v) {
+#if defined(__SSE2__)
+  if constexpr (sizeof(Value) % 16 == 0) {
+    __m128i chunk[sizeof(Value) / 16];
+    std::memcpy(chunk, &v, sizeof v);
+    for (std::size_t c = 1; c < sizeof(Value) / 16; ++c) chunk[0] = _mm_or_si128(chunk[0], chunk[c]);
+    return _mm_movemask_epi8(_mm_cmpeq_epi32(chunk[0], _mm_setzero_si128())) != 0xffff;
+  }
+#endif
+  using Word = std::conditional_t<sizeof(Value) % 8 == 0, std::uint64_t, std::uint32_t>;
+  Word words[sizeof(Value) / sizeof(Word)];
+  std::memcpy(words, &v, sizeof v);
+  Word any = 0;
+  for (const Word w : words) any |= w;
+  return any != 0;
+}
+
 }  // namespace SSR_LANES_NAMESPACE
 }  // namespace lanes
 }  // namespace cpu

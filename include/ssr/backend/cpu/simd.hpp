@@ -256,12 +256,11 @@ struct Simd {
   static bool topk_tiles_weights(Weights form, const T* x, index_t n, const T* v, index_t rows,
                                  MatrixView<std::int32_t> experts, MatrixView<T> weights, T least) {
     static_assert(topk::tile == tile, "one tile");
-    constexpr int G = topk::tiles_at_once<T, K>(group);
     const index_t count = (rows + tile - 1) / tile;
     alignas(64) T value[K][group_rows], index[K][group_rows];
     if (n > exact_index) return false;
-    const bool found = v ? topk::tiles<T, K, G, true>(x, n, count, v, value[0], index[0], group_rows)
-                         : topk::tiles<T, K, G, false>(x, n, count, nullptr, value[0], index[0], group_rows);
+    const bool found = v ? topk::tiles<T, K, group, true>(x, n, count, v, value[0], index[0], group_rows)
+                         : topk::tiles<T, K, group, false>(x, n, count, nullptr, value[0], index[0], group_rows);
     if (!found) return false;
     // Where Q_ij < least, t = Q_ij * v_j rounds to at most least * max v: a tile whose chosen values are all
     // above that has every chosen Q at least `least`, and only other tiles look their Q up.

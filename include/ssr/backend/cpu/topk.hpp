@@ -1,16 +1,17 @@
 // The CPU backend's top-k of tiles of rows held by columns (for Simd::topk_tiles_weights), written once
-// over GNU vectors (lanes.hpp): in vectors of a tile's column (8 floats) or less, and with AVX2 where a
-// baseline x86-64 build runs on a processor that has it. Every width and path chooses the same experts
-// with the same values: the work is comparisons and one product.
+// over GNU vectors (lanes.hpp): in vectors of a tile's column (8 floats) or less, or of the columns of two
+// tiles, and with AVX2 or AVX-512 where a baseline x86-64 build runs on a processor that has it. Every width
+// and path chooses the same experts with the same values: the work is comparisons and one product.
 //
 // x holds `count` tiles one after another, tile t's element (q, j) at x[(t * n + j) * tile + q]; each lane
 // of a vector is a row, so the work is vertical. Expert j enters each row's sorted list of K where its
 // value (times v_j where Scaled) is strictly greater than an entry (ties to the lower index, as
 // math::topk), through max and min in std::max's and std::min's argument order, so that a NaN enters no
-// list (max(b, NaN) is b). For K <= 4 the update is branch-free, and for K <= 2 also free of selects by a
-// mask (an expert is kept plus one, so that a max takes the newer); for longer lists a column no row of a
-// vector takes skips their update. G tiles are swept at once, each vector of a column an independent chain
-// of updates whose latencies overlap.
+// list (max(b, NaN) is b). For K <= 4 the update is branch-free, and for K <= 2 in vectors narrower than
+// AVX-512's also free of selects by a mask (an expert is kept plus one, so that a max takes the newer); for
+// longer lists a column no row of a vector takes skips their update. G tiles are swept at once, each vector
+// (a tile's column, part of one, or the columns of two tiles) an independent chain of updates whose
+// latencies overlap.
 #pragma once
 
 #include <algorithm>
@@ -33,32 +34,25 @@ inline namespace SSR_LANES_NAMESPACE {
 
 constexpr index_t tile = 8;  // rows a tile (Simd<T>::tile)
 
-// Lanes of T in the vectors of the build's own path: its widest, at most a tile's column; 1 without
-// vector extensions.
+// Lanes of T in the vectors of the build's own path: its widest, at most the columns of two tiles (a
+// tile's column where the compiler cannot shuffle lanes); 1 without vector extensions.
 template <class T>
 constexpr int widest() {
-  return lanes::widest_lanes<T>(static_cast<int>(tile));
-}
-
-// Lanes of T on the path this build takes on most processors (AVX2 where it dispatches to it), which sets
-// how many tiles a sweep takes: as many chains as the registers hold.
-template <class T>
-constexpr int path_lanes() {
-#if defined(SSR_DISPATCH_AVX2)
-  return 32 / static_cast<int>(sizeof(T));
+#if defined(SSR_SHUFFLE_VECTOR)
+  return lanes::widest_lanes<T>(2 * static_cast<int>(tile));
 #else
-  return widest<T>();
+  return lanes::widest_lanes<T>(static_cast<int>(tile));
 #endif
 }
 
-// Tiles a sweep takes for lists of K (a power of two, at most `most`): vectors of lists in 16 registers (32
-// with AVX-512), with room for the values they compare.
-template <class T, int K>
-constexpr int tiles_at_once(int most) {
-  const int per = std::max(1, static_cast<int>(tile) / path_lanes<T>());  // vectors a column
-  const int chains = K <= 2 ? (K <= 1 ? 4 : 2) * (lanes::widest_bytes >= 64 ? 2 : 1) : 1;
-  int g = 1;
-  while (2 * g <= most && 2 * g * per <= chains) g *= 2;
+// Tiles a sweep takes for lists of K in vectors of L lanes (a power of two, at most `most`): vectors of
+// lists in `registers` registers (16, or 32 with AVX-512), with room for the values they compare.
+template <class T, int K, int L>
+constexpr int tiles_at_once(int most, int registers) {
+  const int per = std::max(1, static_cast<int>(tile) / L), span = std::max(1, L / static_cast<int>(tile));
+  const int chains = K <= 2 ? (K <= 1 ? 4 : 2) * registers / 16 : 1;
+  int g = span;  // a vector's tiles
+  while (2 * g <= most && 2 * g * per / span <= chains) g *= 2;
   return g;
 }
 
@@ -70,7 +64,10 @@ SSR_LANES_INLINE bool sweep(const T* x, index_t n, index_t count, index_t g0, co
                             index_t stride) {
   SSR_LANES(V, T, L);
   using Mask = decltype(V{} < V{});
-  constexpr index_t per = tile / L, C = G * per;  // C chains
+  constexpr index_t per = L < tile ? tile / L : 1;   // vectors a tile's column
+  constexpr index_t span = L > tile ? L / tile : 1;  // tiles a vector
+  static_assert(span == 1 || (span == 2 && G % 2 == 0), "a vector holds a column of one tile or of two");
+  constexpr index_t C = G * per / span;  // C chains
   const T* at_tile[G];
   SSR_UNROLL
   for (index_t g = 0; g < G; ++g) at_tile[g] = x + std::min(g0 + g, count - 1) * n * tile;
@@ -86,10 +83,24 @@ SSR_LANES_INLINE bool sweep(const T* x, index_t n, index_t count, index_t g0, co
     SSR_UNROLL
     for (index_t c = 0; c < C; ++c) {
       V e;
-      std::memcpy(&e, at_tile[c / per] + j * tile + c % per * L, sizeof e);
+      if constexpr (span == 1) {
+        std::memcpy(&e, at_tile[c / per] + j * tile + c % per * L, sizeof e);
+      } else {
+#if defined(SSR_SHUFFLE_VECTOR)
+        SSR_LANES(H, T, tile);  // one tile's column, then the next tile's
+        H first, second;
+        std::memcpy(&first, at_tile[2 * c] + j * tile, sizeof first);
+        std::memcpy(&second, at_tile[2 * c + 1] + j * tile, sizeof second);
+        e = __builtin_shufflevector(first, second, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+#else
+        static_assert(span == 1, "two tiles in one vector need __builtin_shufflevector");
+#endif
+      }
       if constexpr (Scaled) e *= v[j];
 #if defined(SSR_VECTOR_EXTENSIONS)
-      if constexpr (K <= 2) {
+      // 64-byte vectors are AVX-512's, whose selects are one masked move each: lists of K <= 2 take them too.
+      constexpr bool masked_moves = L * sizeof(T) >= 64;
+      if constexpr (K <= 2 && !masked_moves) {
         // Without selects by a mask (blends: three micro-operations each on recent Intel cores): the values
         // by max and min, the experts by max and bit operations, as here exceeds every expert in a list.
         using Int = std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>;
@@ -150,19 +161,23 @@ SSR_LANES_INLINE bool sweep(const T* x, index_t n, index_t count, index_t g0, co
       at[0][c] = above[0] ? here : at[0][c];
     }
   }
-  Mask bad = V{} != V{};  // a chosen value not finite (x - x is NaN), or a list not full (no expert)
+  // A chosen value not finite (x - x is NaN, else +0) or a list not full (1 - min(at, 1) is 1 where an
+  // expert is missing, else +0): any bit of their sum set. Arithmetic, not comparisons: GCC lowers a
+  // comparison of 64-byte vectors in this code to one lane at a time even where it inlines into AVX-512.
+  const V one = V{} + T(1);
+  V flags = V{};
   SSR_UNROLL
   for (int r = 0; r < K; ++r) {
     SSR_UNROLL
     for (index_t c = 0; c < C; ++c) {
-      bad |= (best[r][c] - best[r][c]) != V{};  // NOLINT(misc-redundant-expression)
-      bad |= at[r][c] == V{};
+      flags += best[r][c] - best[r][c];                  // NOLINT(misc-redundant-expression)
+      flags += one - (at[r][c] < one ? at[r][c] : one);  // std::min(at, 1)
       const V expert = at[r][c] - T(1);
-      std::memcpy(value + r * stride + (g0 * per + c) * L, &best[r][c], sizeof(V));
-      std::memcpy(index + r * stride + (g0 * per + c) * L, &expert, sizeof(V));
+      std::memcpy(value + r * stride + g0 * tile + c * L, &best[r][c], sizeof(V));
+      std::memcpy(index + r * stride + g0 * tile + c * L, &expert, sizeof(V));
     }
   }
-  return !lanes::any_lane(bad);
+  return !lanes::any_bit(flags);
 }
 
 // The top-K of `count` tiles (see the top of this file) in vectors of L lanes, G tiles a sweep; value and
@@ -182,14 +197,36 @@ SSR_TARGET_AVX2 bool tiles_avx2(const T* x, index_t n, index_t count, const T* v
   return tiles_in_lanes<T, 32 / static_cast<int>(sizeof(T)), K, G, Scaled, true>(x, n, count, v, value, index, stride);
 }
 #endif
-
-// The top-K of `count` tiles on the widest path this processor runs.
+#if defined(SSR_DISPATCH_AVX512) && defined(SSR_SHUFFLE_VECTOR)
+// tiles_in_lanes in 64-byte vectors (for floats the columns of two tiles a vector), whose selects are
+// masked moves of one micro-operation where AVX2's blends take three. A step takes half the AVX2 path's
+// operations, but 512-bit operations issue on two ports of recent Intel cores where 256-bit ones issue on
+// three (docs/performance.md).
 template <class T, int K, int G, bool Scaled>
-inline bool tiles(const T* x, index_t n, index_t count, const T* v, T* value, T* index, index_t stride) {
-#if defined(SSR_DISPATCH_AVX2)
-  if (lanes::has_avx2()) return tiles_avx2<T, K, G, Scaled>(x, n, count, v, value, index, stride);
+SSR_TARGET_AVX512 bool tiles_avx512(const T* x, index_t n, index_t count, const T* v, T* value, T* index,
+                                    index_t stride) {
+  return tiles_in_lanes<T, 64 / static_cast<int>(sizeof(T)), K, G, Scaled, true>(x, n, count, v, value, index, stride);
+}
 #endif
-  return tiles_in_lanes<T, widest<T>(), K, G, Scaled>(x, n, count, v, value, index, stride);
+
+// The top-K of `count` tiles on the widest path this processor runs, each path taking as many tiles a sweep
+// as its registers hold, at most Most (value and index hold at least ceil(count / Most) * Most tiles).
+template <class T, int K, int Most, bool Scaled>
+inline bool tiles(const T* x, index_t n, index_t count, const T* v, T* value, T* index, index_t stride) {
+#if defined(SSR_DISPATCH_AVX512) && defined(SSR_SHUFFLE_VECTOR)
+  if (lanes::has_avx512()) {
+    constexpr int L = 64 / static_cast<int>(sizeof(T));
+    return tiles_avx512<T, K, tiles_at_once<T, K, L>(Most, 32), Scaled>(x, n, count, v, value, index, stride);
+  }
+#endif
+#if defined(SSR_DISPATCH_AVX2)
+  if (lanes::has_avx2()) {
+    constexpr int L = 32 / static_cast<int>(sizeof(T));
+    return tiles_avx2<T, K, tiles_at_once<T, K, L>(Most, 16), Scaled>(x, n, count, v, value, index, stride);
+  }
+#endif
+  constexpr int L = widest<T>(), G = tiles_at_once<T, K, L>(Most, lanes::widest_bytes >= 64 ? 32 : 16);
+  return tiles_in_lanes<T, L, K, G, Scaled>(x, n, count, v, value, index, stride);
 }
 
 }  // namespace SSR_LANES_NAMESPACE
