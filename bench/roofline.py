@@ -11,12 +11,14 @@ Runs the benchmark binary once (--benchmark_format=json) over the grid m x n and
     iterations, xi = 0.5, linear cost); its ratio to the read bound;
   * outside: t(1) - slope, what the call spends besides its iterations (check, costs, K, Q = exp(K), the
     final top-k and weights), also in iterations' time.
-Times are medians of --repetitions (default 5) of CPU time with one thread (--clock cpu, the default), or
+Times are the least (--statistic min, the default: on a shared machine noise only adds time, and a slope of
+two noisy times is noisier still) or the medians (--statistic median) of --repetitions (default 5) in each
+of --rounds runs of the binary (default 1), of CPU time with one thread (--clock cpu, the default), or
 wall-clock time (--clock wall, the default with more threads).
 
 Usage:
   python3 bench/roofline.py [build/bench/ssr_bench] [--threads 1] [--repetitions 5]
-                            [--shapes 4096x8,...] [--min-time 0.2]
+                            [--shapes 4096x8,...] [--min-time 0.2] [--statistic min] [--rounds 1]
 """
 
 import argparse
@@ -36,6 +38,8 @@ def parse_args():
     p.add_argument("--min-time", type=float, default=0.2)
     p.add_argument("--shapes", default=DEFAULT_SHAPES, help="m x n, comma separated")
     p.add_argument("--clock", choices=("cpu", "wall"))
+    p.add_argument("--statistic", choices=("min", "median"), default="min")
+    p.add_argument("--rounds", type=int, default=1)
     return p.parse_args()
 
 
@@ -44,8 +48,7 @@ def run(args, shapes):
     flt = f"(BM_LibraryIterations|BM_ReadBound<float>)/({alt})/"
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     out = subprocess.run([args.bench, f"--benchmark_filter={flt}", "--benchmark_format=json",
-                          f"--benchmark_min_time={args.min_time}", f"--benchmark_repetitions={args.repetitions}",
-                          "--benchmark_report_aggregates_only=true"],
+                          f"--benchmark_min_time={args.min_time}", f"--benchmark_repetitions={args.repetitions}"],
                          env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(out)
 
@@ -67,12 +70,15 @@ def main():
     args = parse_args()
     clock = args.clock or ("cpu" if args.threads == 1 else "wall")
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
-    data = run(args, shapes)
+    rounds = [run(args, shapes) for _ in range(args.rounds)]
+    data = rounds[0]
     caches = {c["level"]: c for c in data["context"]["caches"] if c["type"] in ("Data", "Unified")}
-    median = {}
-    for b in data["benchmarks"]:
-        if b.get("aggregate_name") == "median":
-            median[re.sub(r"/real_time.*", "", b["run_name"])] = seconds(b, clock)
+    runs = {}
+    for b in (b for r in rounds for b in r["benchmarks"]):
+        if b.get("run_type") == "iteration":
+            runs.setdefault(re.sub(r"/real_time.*", "", b["run_name"]), []).append(seconds(b, clock))
+    pick = min if args.statistic == "min" else lambda ts: sorted(ts)[len(ts) // 2]
+    time = {name: pick(ts) for name, ts in runs.items()}
 
     def level(nbytes):
         if nbytes <= caches[2]["size"]:
@@ -81,15 +87,16 @@ def main():
             return "L3"
         return "DRAM"
 
-    print(f"{data['context'].get('host_name', '')}: {args.threads} thread(s), {clock} time, medians of "
-          f"{args.repetitions}; L2 {caches[2]['size'] >> 10} KiB a core, L3 {caches[3]['size'] >> 20} MiB")
+    what = "least" if args.statistic == "min" else "medians"
+    print(f"{data['context'].get('host_name', '')}: {args.threads} thread(s), {clock} time, {what} of "
+          f"{args.repetitions * args.rounds}; L2 {caches[2]['size'] >> 10} KiB a core, L3 {caches[3]['size'] >> 20} MiB")
     print()
     print("| m | n | MiB | level | read bound | per iteration | / read bound | outside the iterations | "
           "outside / iteration |")
     print("|---|---|---|---|---|---|---|---|---|")
     for m, n in shapes:
-        one, many = median.get(f"BM_LibraryIterations/{m}/{n}/1"), median.get(f"BM_LibraryIterations/{m}/{n}/21")
-        bound = median.get(f"BM_ReadBound<float>/{m}/{n}")
+        one, many = time.get(f"BM_LibraryIterations/{m}/{n}/1"), time.get(f"BM_LibraryIterations/{m}/{n}/21")
+        bound = time.get(f"BM_ReadBound<float>/{m}/{n}")
         if None in (one, many, bound):
             continue
         slope = (many - one) / 20

@@ -151,6 +151,15 @@ void check_columns_in_lanes(const T* s, index_t stride, index_t rows, index_t n,
     REQUIRE(std::memcmp(got.data(), want.data(), got.size() * sizeof(T)) == 0);
   }
 #endif
+#if defined(SSR_SHUFFLE_VECTOR)
+  if constexpr (std::is_same<T, float>::value) {  // two columns a vector, in the build's own registers
+    std::fill(got.begin(), got.end(), T(-1));
+    REQUIRE(columns::tiles_two_columns<Kernel>(s, stride, rows, n, scale, bound, got.data()) ==
+            columns::tiles_in_lanes<T, 1, Kernel>(s, stride, rows, n, scale, bound, want.data()));
+    INFO("two columns a vector");
+    REQUIRE(std::memcmp(got.data(), want.data(), got.size() * sizeof(T)) == 0);
+  }
+#endif
 #if defined(SSR_DISPATCH_AVX512) && defined(SSR_SHUFFLE_VECTOR)
   if constexpr (std::is_same<T, float>::value) {
     if (ssr::cpu::lanes::has_avx512()) {

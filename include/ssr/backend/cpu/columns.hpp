@@ -173,18 +173,18 @@ SSR_TARGET_AVX2 bool tiles_avx2(const T* s, index_t stride, index_t rows, index_
 }
 #endif
 
-#if defined(SSR_DISPATCH_AVX512) && defined(SSR_SHUFFLE_VECTOR)
-// tiles_in_lanes for floats with AVX-512, in vectors of two adjacent columns of a tile (16 floats: the
+#if defined(SSR_SHUFFLE_VECTOR)
+// tiles_in_lanes for floats in vectors of two adjacent columns of a tile (16 floats: the
 // first column's rows, then the second's). A tile's 16 columns at a time, 8 rows of 16 floats, become 8
 // such vectors in three exchanges of a bit of the vector's index (first the row) with a bit of the lane's
 // (first the column): rows q and q + 4 exchange lane bit 3, then q and q + 2 lane bit 2, then q and q + 1
 // lane bit 1, the last exchange also putting each column's rows together (each step a shuffle of two
 // vectors); then 8 columns at a time, two rows a vector, in two exchanges. The last n % 8 columns go as
 // tiles_in_lanes takes them, and the kernel (kernel_over_tile) two columns a vector; the same operations
-// on each element, so the same bits.
+// on each element, so the same bits. Compiled for AVX-512 (tiles_avx512, or a build for a processor with it).
 template <bool Kernel>
-SSR_TARGET_AVX512 bool tiles_avx512(const float* s, index_t stride, index_t rows, index_t n, float scale, float bound,
-                                    float* x) {
+SSR_LANES_INLINE bool tiles_two_columns(const float* s, index_t stride, index_t rows, index_t n, float scale,
+                                        float bound, float* x) {
   SSR_LANES(W, float, 16);
   SSR_LANES(V, float, 8);
   auto non_finite = W{} != W{};
@@ -271,6 +271,14 @@ SSR_TARGET_AVX512 bool tiles_avx512(const float* s, index_t stride, index_t rows
 }
 #endif
 
+#if defined(SSR_DISPATCH_AVX512) && defined(SSR_SHUFFLE_VECTOR)
+template <bool Kernel>
+SSR_TARGET_AVX512 bool tiles_avx512(const float* s, index_t stride, index_t rows, index_t n, float scale, float bound,
+                                    float* x) {
+  return tiles_two_columns<Kernel>(s, stride, rows, n, scale, bound, x);
+}
+#endif
+
 // The tiles (and, where Kernel, the float kernel and whether every value was finite) of `rows` rows on the
 // widest path this processor runs.
 template <class T, bool Kernel>
@@ -281,6 +289,10 @@ inline bool tiles(const T* s, index_t stride, index_t rows, index_t n, T scale, 
 #endif
 #if defined(SSR_DISPATCH_AVX2) && defined(SSR_SHUFFLE_VECTOR)
   if (lanes::has_avx2()) return tiles_avx2<T, Kernel>(s, stride, rows, n, scale, bound, x);
+#endif
+#if defined(SSR_SHUFFLE_VECTOR)
+  if constexpr (std::is_same<T, float>::value && lanes::widest_bytes >= 64)  // a build for AVX-512
+    return tiles_two_columns<Kernel>(s, stride, rows, n, scale, bound, x);
 #endif
   return tiles_in_lanes<T, widest<T>(), Kernel>(s, stride, rows, n, scale, bound, x);
 }
