@@ -133,31 +133,6 @@ inline bool has_avx512() {
 
 inline namespace SSR_LANES_NAMESPACE {
 
-// Whether any lane of a comparison's result is true (a bool for one lane). On x86 its 16-byte halves are
-// OR-ed and their lanes' sign bits read at once (SSE2's movmskps, in every x86-64 build); elsewhere its
-// bits are OR-ed by words.
-template <class Mask>
-SSR_LANES_INLINE bool any_lane(const Mask& m) {
-  if constexpr (std::is_same<Mask, bool>::value) {  // one lane without vector extensions
-    return m;
-  } else {
-#if defined(__SSE2__)
-    if constexpr (sizeof(Mask) % 16 == 0) {
-      __m128 chunk[sizeof(Mask) / 16];
-      std::memcpy(chunk, &m, sizeof m);
-      for (std::size_t c = 1; c < sizeof(Mask) / 16; ++c) chunk[0] = _mm_or_ps(chunk[0], chunk[c]);
-      return _mm_movemask_ps(chunk[0]) != 0;
-    }
-#endif
-    using Word = std::conditional_t<sizeof(Mask) % 8 == 0, std::uint64_t, std::uint32_t>;
-    Word words[sizeof(Mask) / sizeof(Word)];
-    std::memcpy(words, &m, sizeof m);
-    Word any = 0;
-    for (const Word w : words) any |= w;
-    return any != 0;
-  }
-}
-
 // Whether any bit of a value (a vector, or a scalar) is set: on x86 its 16-byte halves OR-ed and compared
 // with zero by words (SSE2, in every x86-64 build); elsewhere its bits OR-ed by words.
 template <class Value>
@@ -176,6 +151,26 @@ SSR_LANES_INLINE bool any_bit(const Value& v) {
   Word any = 0;
   for (const Word w : words) any |= w;
   return any != 0;
+}
+
+// Whether any lane of a comparison's result is true (a bool for one lane): a true lane has every bit set,
+// a false one none. On x86 its 16-byte halves are OR-ed and their lanes' sign bits read at once (SSE2's
+// movmskps, one instruction fewer than any_bit).
+template <class Mask>
+SSR_LANES_INLINE bool any_lane(const Mask& m) {
+  if constexpr (std::is_same<Mask, bool>::value) {  // one lane without vector extensions
+    return m;
+  } else {
+#if defined(__SSE2__)
+    if constexpr (sizeof(Mask) % 16 == 0) {
+      __m128 chunk[sizeof(Mask) / 16];
+      std::memcpy(chunk, &m, sizeof m);
+      for (std::size_t c = 1; c < sizeof(Mask) / 16; ++c) chunk[0] = _mm_or_ps(chunk[0], chunk[c]);
+      return _mm_movemask_ps(chunk[0]) != 0;
+    }
+#endif
+    return any_bit(m);
+  }
 }
 
 }  // namespace SSR_LANES_NAMESPACE
