@@ -228,7 +228,7 @@ SSR_LANES_INLINE bool tiles_two_columns(const float* s, index_t stride, index_t 
     for (; j0 + tile <= n; j0 += tile) {  // 8 columns: two rows a vector, two exchanges
       W a[4], b[4];
       SSR_UNROLL
-      for (int k = 0; k < 4; ++k) {
+      for (index_t k = 0; k < 4; ++k) {
         V first, second;
         std::memcpy(&first, row[2 * k] + j0, sizeof first);
         std::memcpy(&second, row[2 * k + 1] + j0, sizeof second);
