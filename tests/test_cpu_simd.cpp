@@ -641,3 +641,29 @@ TEMPLATE_TEST_CASE("a chosen Q below the least is found however large v makes t"
     REQUIRE(experts[static_cast<std::size_t>(row)] == 1);
   }
 }
+
+TEMPLATE_TEST_CASE("a tile's chosen value not above the bound is found in any list and lane, NaN included", "[simd]",
+                   float, double) {
+  using V = ssr::cpu::Simd<TestType>;
+  constexpr int K = 3;
+  alignas(64) TestType value[K][V::group_rows];
+  const TestType above = TestType(0.25);
+  const TestType low[] = {above, TestType(0), -std::numeric_limits<TestType>::infinity(),
+                          std::numeric_limits<TestType>::quiet_NaN()};
+  for (index_t lane = 0; lane < V::group_rows; lane += V::tile) {
+    std::fill(value[0], value[0] + K * V::group_rows, std::nextafter(above, TestType(1)));
+    INFO("lane " << lane);
+    REQUIRE_FALSE(V::any_not_above(value, lane, above));
+    for (int r = 0; r < K; ++r) {
+      for (index_t q = 0; q < V::group_rows; ++q) {
+        const TestType kept = value[r][q];
+        for (const TestType e : low) {
+          value[r][q] = e;
+          INFO("list " << r << " lane " << q << " value " << e);
+          REQUIRE(V::any_not_above(value, lane, above) == (q >= lane && q < lane + V::tile));  // its tile's only
+        }
+        value[r][q] = kept;
+      }
+    }
+  }
+}

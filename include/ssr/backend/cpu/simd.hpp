@@ -290,10 +290,7 @@ struct Simd {
       for (int r = 0; r < K; ++r)
         for (int q = 0; q < tile; ++q) at[r][q] = static_cast<std::int32_t>(index[r][i0 + q]);
       if (least > -std::numeric_limits<T>::infinity()) {
-        int low = 0;  // chosen values at or below `above` (a loop the compiler vectorises)
-        for (int r = 0; r < K; ++r)
-          for (int q = 0; q < tile; ++q) low += value[r][i0 + q] > above ? 0 : 1;
-        if (low > 0)
+        if (any_not_above(value, i0, above))
           for (index_t q = 0; q < in_tile; ++q)
             for (int r = 0; r < K; ++r)
               if (!(x_tile[static_cast<index_t>(at[r][q]) * tile + q] >= least)) return false;
@@ -303,6 +300,24 @@ struct Simd {
       tile_weights<K, L>(form, value, i0, in_tile, MatrixView<T>(weights.row(i0), in_tile, K, weights.stride));
     }
     return true;
+  }
+
+  // Whether any of a tile's chosen values (its lanes from `lane`) is not above `above`, NaN included: a
+  // comparison a tile's column of each list (GCC made a scalar comparison a value of the loop over them).
+  template <int K, int V>
+  SSR_LANES_INLINE static bool any_not_above(const T (&value)[K][V], index_t lane, T above) {
+    constexpr int L = lanes::widest_bytes == 0 ? 1 : tile;
+    SSR_LANES(Values, T, L);
+    const Values bound = Values{} + above;
+    Values chosen;
+    std::memcpy(&chosen, &value[0][lane], sizeof chosen);
+    auto not_above = (chosen > bound) == 0;
+    for (int r = 0; r < K; ++r)
+      for (int q = r == 0 ? L : 0; q < tile; q += L) {
+        std::memcpy(&chosen, &value[r][lane + q], sizeof chosen);
+        not_above |= (chosen > bound) == 0;
+      }
+    return lanes::any_lane(not_above);
   }
 
 #if defined(SSR_DISPATCH_AVX2)
