@@ -309,11 +309,10 @@ struct Simd {
     constexpr int L = lanes::widest_bytes == 0 ? 1 : tile;
     SSR_LANES(Values, T, L);
     const Values bound = Values{} + above;
-    Values chosen;
-    std::memcpy(&chosen, &value[0][lane], sizeof chosen);
-    auto not_above = (chosen > bound) == 0;
+    decltype(Values{} > Values{}) not_above{};  // no lane yet
     for (int r = 0; r < K; ++r)
-      for (int q = r == 0 ? L : 0; q < tile; q += L) {
+      for (int q = 0; q < tile; q += L) {
+        Values chosen;
         std::memcpy(&chosen, &value[r][lane + q], sizeof chosen);
         not_above |= (chosen > bound) == 0;
       }
