@@ -151,24 +151,22 @@ void check_columns_in_lanes(const T* s, index_t stride, index_t rows, index_t n,
     REQUIRE(std::memcmp(got.data(), want.data(), got.size() * sizeof(T)) == 0);
   }
 #endif
+  // A float path's tiles and finiteness verdict against the one-lane form's.
+  [[maybe_unused]] const auto same_as_one_lane = [&](const char* path, auto tiles) {
+    std::fill(got.begin(), got.end(), T(-1));
+    REQUIRE(tiles(got.data()) == columns::tiles_in_lanes<T, 1, Kernel>(s, stride, rows, n, scale, bound, want.data()));
+    INFO(path);
+    REQUIRE(std::memcmp(got.data(), want.data(), got.size() * sizeof(T)) == 0);
+  };
 #if defined(SSR_SHUFFLE_VECTOR)
   if constexpr (std::is_same<T, float>::value) {  // two columns a vector, in the build's own registers
-    std::fill(got.begin(), got.end(), T(-1));
-    REQUIRE(columns::tiles_two_columns<Kernel>(s, stride, rows, n, scale, bound, got.data()) ==
-            columns::tiles_in_lanes<T, 1, Kernel>(s, stride, rows, n, scale, bound, want.data()));
-    INFO("two columns a vector");
-    REQUIRE(std::memcmp(got.data(), want.data(), got.size() * sizeof(T)) == 0);
-  }
+    same_as_one_lane("two columns a vector",
+                     [&](float* x) { return columns::tiles_two_columns<Kernel>(s, stride, rows, n, scale, bound, x); });
+#if defined(SSR_DISPATCH_AVX512)
+    if (ssr::cpu::lanes::has_avx512())
+      same_as_one_lane("the AVX-512 path",
+                       [&](float* x) { return columns::tiles_avx512<Kernel>(s, stride, rows, n, scale, bound, x); });
 #endif
-#if defined(SSR_DISPATCH_AVX512) && defined(SSR_SHUFFLE_VECTOR)
-  if constexpr (std::is_same<T, float>::value) {
-    if (ssr::cpu::lanes::has_avx512()) {
-      std::fill(got.begin(), got.end(), T(-1));
-      REQUIRE(columns::tiles_avx512<Kernel>(s, stride, rows, n, scale, bound, got.data()) ==
-              columns::tiles_in_lanes<T, 1, Kernel>(s, stride, rows, n, scale, bound, want.data()));
-      INFO("the AVX-512 path");
-      REQUIRE(std::memcmp(got.data(), want.data(), got.size() * sizeof(T)) == 0);
-    }
   }
 #endif
 }
