@@ -64,6 +64,21 @@ TEMPLATE_TEST_CASE("softmax top-k weights stay finite for extreme logits", "[sof
   CHECK(r.expert(2, 1) == 1);
 }
 
+TEST_CASE("the load counts each expert among the chosen, however skewed", "[softmax]") {
+  const index_t n = GENERATE(3, 16, 300);
+  const index_t m = GENERATE(1, 7, 1001);
+  const int k = GENERATE(1, 2, 3);
+  // Skewed: logits 20 apart from one expert to the next, so every token chooses the same k experts.
+  const bool skewed = GENERATE(false, true);
+  const auto s = test::random_logits<float>(m, n, 1.0, 5, skewed ? 20.0 * static_cast<double>(n) : 0.0);
+  const auto r = test::route(SoftmaxTopK(k), s, m, n, Context::train(0));
+  std::vector<std::int32_t> counted(static_cast<std::size_t>(n), 0);
+  for (const auto e : r.experts) ++counted[static_cast<std::size_t>(e)];
+  REQUIRE(r.load == counted);
+  if (skewed)
+    for (int t = 0; t < k; ++t) CHECK(r.load[static_cast<std::size_t>(t)] == m);
+}
+
 TEST_CASE("zero tokens route to nothing", "[softmax]") {
   test::Router<SoftmaxTopK, float> router(SoftmaxTopK(2));
   std::vector<std::int32_t> load(4, 7);
