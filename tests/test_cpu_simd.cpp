@@ -311,6 +311,45 @@ TEST_CASE("the float exp gives the same bits in every vector width and on every 
   same_bits(static_cast<index_t>(in.size()));
 }
 
+TEMPLATE_TEST_CASE("the finiteness scan finds any NaN or infinity, wherever it lies, on every path", "[simd]", float,
+                   double) {
+  namespace finite = ssr::cpu::finite;
+  using T = TestType;
+  // Finite extremes (the largest, the least subnormal, -0) fill the values; one non-finite value goes to
+  // each position of every count up to 4 steps of the widest vectors, and past them in a long scan.
+  std::vector<T> x(300);
+  for (std::size_t j = 0; j < x.size(); ++j)
+    x[j] = j % 3 == 0 ? std::numeric_limits<T>::max() : j % 3 == 1 ? -std::numeric_limits<T>::denorm_min() : T(-0.0);
+  std::vector<std::pair<const char*, bool (*)(const T*, index_t)>> paths = {
+      {"the widest", finite::all<T>},
+      {"one lane", finite::all_in_lanes<T, 1>},
+      {"the build's", finite::all_in_lanes<T, ssr::cpu::lanes::widest_lanes<T>(16)>}};
+#if defined(SSR_DISPATCH_AVX2)
+  if (ssr::cpu::lanes::has_avx2()) paths.emplace_back("AVX2", finite::all_avx2<T>);
+#endif
+#if defined(SSR_DISPATCH_AVX512)
+  if (ssr::cpu::lanes::has_avx512()) paths.emplace_back("AVX-512", finite::all_avx512<T>);
+#endif
+  for (const auto& [name, all] : paths) {
+    INFO("path " << name);
+    for (index_t count : {index_t{0}, index_t{1}, index_t{7}, index_t{64}, index_t{65}, index_t{300}})
+      REQUIRE(all(x.data(), count));
+    for (T bad : {std::numeric_limits<T>::quiet_NaN(), std::numeric_limits<T>::infinity(),
+                  -std::numeric_limits<T>::infinity()}) {
+      for (index_t count = 1; count <= 300; count += count < 70 ? 1 : 23) {
+        for (index_t at = 0; at < count; ++at) {
+          const T kept = x[static_cast<std::size_t>(at)];
+          x[static_cast<std::size_t>(at)] = bad;
+          INFO("value " << bad << " at " << at << " of " << count);
+          REQUIRE_FALSE(all(x.data(), count));
+          REQUIRE(all(x.data() + at + 1, count - at - 1));  // the values after it alone
+          x[static_cast<std::size_t>(at)] = kept;
+        }
+      }
+    }
+  }
+}
+
 TEMPLATE_TEST_CASE(
     "the scaled pass over tiles gives each row's sum and the plan's column sums, the same bits "
     "in every vector width and on every path",

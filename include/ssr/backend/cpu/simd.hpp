@@ -21,6 +21,7 @@
 
 #include "ssr/backend/cpu/columns.hpp"
 #include "ssr/backend/cpu/exp.hpp"
+#include "ssr/backend/cpu/finite.hpp"
 #include "ssr/backend/cpu/lanes.hpp"
 #include "ssr/backend/cpu/pass.hpp"
 #include "ssr/backend/cpu/topk.hpp"
@@ -60,28 +61,8 @@ struct Simd {
     }
   }
 
-  // math::is_finite of every one of `count` values lying anywhere: x - x is +0 exactly where x is finite
-  // and NaN elsewhere, so the sum is 0 exactly when every x is. Four sums in the widest packets, so that
-  // the additions' latency overlaps.
-  static bool all_finite(const T* x, index_t count) {
-    namespace pk = Eigen::internal;
-    using P = typename pk::packet_traits<T>::type;  // the widest
-    constexpr index_t L = pk::packet_traits<T>::size;
-    P sum[4];
-    SSR_UNROLL
-    for (auto& e : sum) e = pk::pset1<P>(T(0));
-    index_t c = 0;
-    for (; c + 4 * L <= count; c += 4 * L) {
-      SSR_UNROLL
-      for (int a = 0; a < 4; ++a) {
-        const P e = pk::ploadu<P>(x + c + a * L);
-        sum[a] = pk::padd(sum[a], pk::psub(e, e));
-      }
-    }
-    T rest = pk::predux(pk::padd(pk::padd(sum[0], sum[1]), pk::padd(sum[2], sum[3])));
-    for (; c < count; ++c) rest += x[c] - x[c];  // NOLINT(misc-redundant-expression)
-    return rest == T(0);
-  }
+  // math::is_finite of every one of `count` values lying anywhere (finite::all, finite.hpp).
+  static bool all_finite(const T* x, index_t count) { return finite::all(x, count); }
 
   // Whether v is a normal power of two (no mantissa bits), so that multiplying by it is exact.
   static bool is_power_of_two(double v) {
