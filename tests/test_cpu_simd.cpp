@@ -460,22 +460,28 @@ TEMPLATE_TEST_CASE("a group of tiles of softmax top-k is math::topk and math::sc
                 REQUIRE(x.data[i0 * n + j * V::tile + q] ==
                         s[static_cast<std::size_t>((i0 + std::min(q, in_tile - 1)) * stride + j)]);
           }
-          std::vector<std::int32_t> experts(static_cast<std::size_t>(rows * k), -1), want(static_cast<std::size_t>(k));
-          std::vector<TestType> weights(static_cast<std::size_t>(rows * k), TestType(-1));
-          REQUIRE(V::topk_tiles_weights(ssr::Weights::scores, x.data, n, nullptr, k, rows, {experts.data(), rows, k},
-                                        {weights.data(), rows, k}));
+          // The outputs' rows one after another, or apart (what lies between them stays as it was).
+          const index_t out = k + (trial / 3 % 2) * 2;
+          std::vector<std::int32_t> experts(static_cast<std::size_t>(rows * out), -1), want(static_cast<std::size_t>(k));
+          std::vector<TestType> weights(static_cast<std::size_t>(rows * out), TestType(-1));
+          REQUIRE(V::topk_tiles_weights(ssr::Weights::scores, x.data, n, nullptr, k, rows,
+                                        {experts.data(), rows, k, out}, {weights.data(), rows, k, out}));
           for (index_t i = 0; i < rows; ++i) {
             const TestType* row = s.data() + i * stride;
             ssr::math::topk(n, k, want.data(), [row](index_t j) { return row[j]; });
-            INFO("n " << n << " k " << k << " rows " << rows << " row " << i);
-            for (int r = 0; r < k; ++r) REQUIRE(experts[static_cast<std::size_t>(i * k + r)] == want[r]);
+            INFO("n " << n << " k " << k << " rows " << rows << " row " << i << " output stride " << out);
+            for (int r = 0; r < k; ++r) REQUIRE(experts[static_cast<std::size_t>(i * out + r)] == want[r]);
             ssr::math::score_weights(
                 ssr::Score::softmax, k, [&](int r) { return row[want[r]]; },
                 [&](int r, double w) {
                   // Within 3 units in the last place of T: exp_row against std::exp, then the quotient.
-                  REQUIRE(std::abs(weights[static_cast<std::size_t>(i * k + r)] - w) <=
+                  REQUIRE(std::abs(weights[static_cast<std::size_t>(i * out + r)] - w) <=
                           3 * static_cast<double>(std::numeric_limits<TestType>::epsilon()) * std::max(w, 0.5));
                 });
+            for (index_t r = k; r < out; ++r) {
+              REQUIRE(experts[static_cast<std::size_t>(i * out + r)] == -1);
+              REQUIRE(weights[static_cast<std::size_t>(i * out + r)] == TestType(-1));
+            }
           }
         }
       }

@@ -276,8 +276,7 @@ struct Simd {
             for (int r = 0; r < K; ++r)
               if (!(x_tile[static_cast<index_t>(at[r][q]) * tile + q] >= least)) return false;
       }
-      for (index_t q = 0; q < in_tile; ++q)
-        for (int r = 0; r < K; ++r) experts(i0 + q, r) = at[r][q];
+      store_rows<K>(at, in_tile, MatrixView<std::int32_t>(experts.row(i0), in_tile, K, experts.stride));
       tile_weights<K, L>(form, value, i0, in_tile, MatrixView<T>(weights.row(i0), in_tile, K, weights.stride));
     }
     return true;
@@ -354,8 +353,48 @@ struct Simd {
       for (int r = 1; r < K; ++r)
         for (int q = 0; q < tile; ++q) part[r][q] /= sum[q];
     }
-    for (index_t q = 0; q < rows; ++q)
-      for (int r = 0; r < K; ++r) weights(q, r) = static_cast<T>(part[r][q]);
+    alignas(64) T by_list[K][tile];
+    for (int r = 0; r < K; ++r)
+      for (int q = 0; q < tile; ++q) by_list[r][q] = static_cast<T>(part[r][q]);
+    store_rows<K>(by_list, rows, weights);
+  }
+
+  // out(q, r) = by_list[r][q] for a tile's first `rows` rows: each list's values of a tile (a vector) put row
+  // by row (k = 2 and 4 by shuffles, others a value at a time), then stored a row at a time, or a whole
+  // tile's rows at once where they are contiguous (k = out.stride).
+  template <int K, class E>
+  SSR_LANES_INLINE static void store_rows(const E (&by_list)[K][tile], index_t rows, MatrixView<E> out) {
+    alignas(64) E by_row[tile][K];
+#if defined(SSR_SHUFFLE_VECTOR)
+    if constexpr (K == 2 || K == 4) {
+      SSR_LANES(C, E, tile);
+      C c[K], t[K];
+      std::memcpy(c, by_list, sizeof c);
+      SSR_UNROLL
+      for (int p = 0; p < K; p += 2) {  // lists p and p + 1 interleaved: rows 0-3, then rows 4-7
+        t[p] = __builtin_shufflevector(c[p], c[p + 1], 0, 8, 1, 9, 2, 10, 3, 11);
+        t[p + 1] = __builtin_shufflevector(c[p], c[p + 1], 4, 12, 5, 13, 6, 14, 7, 15);
+      }
+      if constexpr (K == 4) {  // then their pairs: two rows a vector
+        c[0] = __builtin_shufflevector(t[0], t[2], 0, 1, 8, 9, 2, 3, 10, 11);
+        c[1] = __builtin_shufflevector(t[0], t[2], 4, 5, 12, 13, 6, 7, 14, 15);
+        c[2] = __builtin_shufflevector(t[1], t[3], 0, 1, 8, 9, 2, 3, 10, 11);
+        c[3] = __builtin_shufflevector(t[1], t[3], 4, 5, 12, 13, 6, 7, 14, 15);
+        std::memcpy(by_row, c, sizeof c);
+      } else {
+        std::memcpy(by_row, t, sizeof t);
+      }
+    } else
+#endif
+    {
+      for (index_t q = 0; q < tile; ++q)
+        for (int r = 0; r < K; ++r) by_row[q][r] = by_list[r][q];
+    }
+    if (out.stride == K && rows == tile) {  // a size known here: moves, not a call
+      std::memcpy(out.data, by_row, sizeof by_row);
+    } else {
+      for (index_t q = 0; q < rows; ++q) std::memcpy(out.row(q), by_row[q], K * sizeof(E));
+    }
   }
 
   // The CPU Sinkhorn keeps K and Q in tiles of `tile` rows by columns: element (i, j) at
