@@ -1,7 +1,7 @@
 // What the CPU backend's vector code written over GNU vectors (exp.hpp, pass.hpp, topk.hpp, columns.hpp,
 // finite.hpp) builds on: whether the compiler has vector extensions, the widest vector the build compiles
-// to one register, and the AVX2 and AVX-512 paths that a baseline x86-64 build (SSE2) takes at run time where the
-// processor has them; and any_lane, which reads a comparison's lanes.
+// to one register, and the AVX2 and AVX-512 paths that a baseline x86-64 build (SSE2) takes at run time
+// where the processor has them; and any_lane, which reads a comparison's lanes.
 //
 // Such code declares its vector types inside each function (SSR_LANES), passes no vector to a function
 // (one crossing a function boundary in a build without its registers changes the ABI), and its functions
