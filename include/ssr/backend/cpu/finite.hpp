@@ -31,9 +31,9 @@ SSR_LANES_INLINE bool all_in_lanes(const T* x, index_t count) {
     for (index_t a = 0; a < 4; ++a) {
       V e;
       std::memcpy(&e, x + c + a * L, sizeof e);
-      e -= e;  // +0 or NaN
+      const V d = e - e;  // NOLINT(misc-redundant-expression): +0 or NaN
       B bits;
-      std::memcpy(&bits, &e, sizeof bits);
+      std::memcpy(&bits, &d, sizeof bits);
       seen |= bits;
     }
   }
