@@ -162,7 +162,7 @@ class CpuBackend {
     std::int32_t* counts;  // count_load's counters
   };
 
-  // count_load's counters an expert (a power of two).
+  // count_load's counters an expert.
   static constexpr index_t load_copies = 8;
 
   Layout layout(detail::Carve& c, const RouteSpec& spec, index_t m, index_t n) const {
@@ -245,11 +245,11 @@ class CpuBackend {
   // load[j]: how many chosen entries name expert j. Each of load_copies consecutive entries goes to its own
   // counter of the expert, the counters added at the end: one counter an expert made increments of the
   // same expert wait on each other's stores, and most tokens choose the same few experts (16% of a softmax
-  // top-k route at 24576 x 16 went to it). Experts with a row stride, fewer entries than counters, or no
-  // counters (no workspace for a call without rows): one counter an expert, load itself.
+  // top-k route at 24576 x 16 went to it). Experts with a row stride, or fewer entries than counters (a call
+  // without rows among them, which carved no counters): one counter an expert, load itself.
   static void count_load(ConstMatrixView<std::int32_t> experts, VectorView<std::int32_t> load, std::int32_t* counts) {
     const index_t n = load.size, k = experts.cols, entries = experts.rows * k;
-    if (!counts || experts.stride != k || entries < load_copies * n) {
+    if (experts.stride != k || entries < load_copies * n) {  // n >= 1 (validate.hpp)
       std::fill(load.data, load.data + n, 0);
       for (index_t i = 0; i < experts.rows; ++i)
         for (index_t r = 0; r < k; ++r) ++load[experts(i, r)];
