@@ -1,7 +1,7 @@
 // What the CPU backend's vector code written over GNU vectors (exp.hpp, pass.hpp, topk.hpp, columns.hpp,
 // finite.hpp) builds on: whether the compiler has vector extensions, the widest vector the build compiles
 // to one register, and the AVX2 and AVX-512 paths that a baseline x86-64 build (SSE2) takes at run time
-// where the processor has them; and any_lane, which reads a comparison's lanes.
+// where the processor has them; any_lane, which reads a comparison's lanes; and prefetch.
 //
 // Such code declares its vector types inside each function (SSR_LANES), passes no vector to a function
 // (one crossing a function boundary in a build without its registers changes the ABI), and its functions
@@ -171,6 +171,16 @@ SSR_LANES_INLINE bool any_lane(const Mask& m) {
 #endif
     return any_bit(m);
   }
+}
+
+// Asks for the cache line at p to be read into the nearest cache ahead of its use (no fault, no effect on
+// any value); nothing where the compiler has no such builtin.
+SSR_LANES_INLINE void prefetch(const void* p) {
+#if defined(__GNUC__)
+  __builtin_prefetch(p, 0, 3);
+#else
+  (void)p;
+#endif
 }
 
 }  // namespace SSR_LANES_NAMESPACE

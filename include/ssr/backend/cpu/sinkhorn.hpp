@@ -137,10 +137,12 @@ class Sinkhorn {
         return std::pair<index_t, index_t>(blk * tiles_per_block, std::min(tiles, (blk + 1) * tiles_per_block));
       };
       const auto rows_of = [&](index_t tl) { return tl == tiles - 1 ? last_rows : tile; };
-      // One pass over the tiles of block blk, into the block's column sums.
-      const auto pass = [&](index_t blk) {
+      // One pass over the tiles of block blk, into the block's column sums; where prefetch, the pass reads the
+      // next block ahead (where it has as many tiles: not the setup's, which has not written it yet).
+      const auto pass = [&](index_t blk, bool prefetch) {
         const auto [t0, t1] = block_tiles(blk);
-        V::pass_tiles(q + t0 * size, b.vt, n, t1 - t0, row_sum + t0 * tile, partial + blk * n);
+        const T* next = prefetch && t1 + (t1 - t0) <= tiles ? q + t1 * size : nullptr;
+        V::pass_tiles(q + t0 * size, b.vt, n, t1 - t0, row_sum + t0 * tile, partial + blk * n, next);
       };
 
       // K = cost / xi in tiles, padding rows -inf; Q = exp(K) (h = 0, c = 0); and with it the first pass.
@@ -174,7 +176,7 @@ class Sinkhorn {
         V::exp_row(k, q + t0 * size, (t1 - t0) * size);
         if (t1 == tiles) V::fill_lanes(q + (tiles - 1) * size, n, last_rows, T(0));
         std::fill(row_top + t0 * tile, row_top + t1 * tile, T(0));
-        pass(blk);
+        pass(blk, false);
       }
       if (check && !finite) {
         SSR_OMP(atomic write)
@@ -245,7 +247,7 @@ class Sinkhorn {
           }
         }
         SSR_OMP(for schedule(static))
-        for (index_t blk = 0; blk < blocks; ++blk) pass(blk);
+        for (index_t blk = 0; blk < blocks; ++blk) pass(blk, true);
       }
 
       // The plan of the last pass, t / r, from Q and v without exp: its top-k, weights and, when asked,
