@@ -379,7 +379,7 @@ TEMPLATE_TEST_CASE(
           q.data[V::at_tile(i, j, n)] = dense[static_cast<std::size_t>(i * n + j)] = static_cast<TestType>(u(gen));
       for (index_t j = 0; j < n; ++j) v.data[j] = static_cast<TestType>(0.1 + u(gen) * 3);
       V::spread(v.data, n, vt.data);
-      V::pass_tiles(q.data, vt.data, n, tiles, sum.data, part.data);
+      V::pass_tiles(q.data, v.data, vt.data, n, tiles, sum.data, part.data);
       INFO("n " << n << " m " << m);
       for (index_t i = 0; i < m; ++i) {  // r_i = sum_j Q_ij v_j: columns j mod 4 apart, then (0 + 2) + (1 + 3)
         TestType r[4] = {0, 0, 0, 0};
@@ -406,27 +406,27 @@ TEMPLATE_TEST_CASE(
       };
 #if defined(SSR_VECTOR_EXTENSIONS)
       constexpr int L = 16 / static_cast<int>(sizeof(TestType));  // the narrowest vectors: 4 floats, 2 doubles
-      pass::scaled_in_lanes<TestType, L>(q.data, vt.data, n, tiles, other_sum.data, other_part.data);
+      pass::scaled_in_lanes<TestType, L>(q.data, v.data, vt.data, n, tiles, other_sum.data, other_part.data);
       same_bits();
-      pass::scaled_in_lanes<TestType, 2 * L>(q.data, vt.data, n, tiles, other_sum.data, other_part.data);
+      pass::scaled_in_lanes<TestType, 2 * L>(q.data, v.data, vt.data, n, tiles, other_sum.data, other_part.data);
       same_bits();
 #if defined(SSR_SHUFFLE_VECTOR)
-      pass::scaled_in_lanes<TestType, 4 * L>(q.data, vt.data, n, tiles, other_sum.data, other_part.data);
+      pass::scaled_in_lanes<TestType, 4 * L>(q.data, v.data, vt.data, n, tiles, other_sum.data, other_part.data);
       same_bits();
 #endif
 #else
-      pass::scaled_in_lanes<TestType, 1>(q.data, vt.data, n, tiles, other_sum.data, other_part.data);
+      pass::scaled_in_lanes<TestType, 1>(q.data, v.data, vt.data, n, tiles, other_sum.data, other_part.data);
       same_bits();
 #endif
 #if defined(SSR_DISPATCH_AVX2)
       if (ssr::cpu::lanes::has_avx2()) {
-        pass::scaled_avx2(q.data, vt.data, n, tiles, other_sum.data, other_part.data);
+        pass::scaled_avx2(q.data, v.data, vt.data, n, tiles, other_sum.data, other_part.data);
         same_bits();
       }
 #endif
 #if defined(SSR_DISPATCH_AVX512)
       if (ssr::cpu::lanes::has_avx512()) {
-        pass::scaled_avx512(q.data, vt.data, n, tiles, other_sum.data, other_part.data);
+        pass::scaled_avx512(q.data, v.data, vt.data, n, tiles, other_sum.data, other_part.data);
         same_bits();
       }
 #endif
@@ -462,7 +462,8 @@ TEMPLATE_TEST_CASE("a group of tiles of softmax top-k is math::topk and math::sc
           }
           // The outputs' rows one after another, or apart (what lies between them stays as it was).
           const index_t out = k + (trial / 3 % 2) * 2;
-          std::vector<std::int32_t> experts(static_cast<std::size_t>(rows * out), -1), want(static_cast<std::size_t>(k));
+          std::vector<std::int32_t> experts(static_cast<std::size_t>(rows * out), -1),
+              want(static_cast<std::size_t>(k));
           std::vector<TestType> weights(static_cast<std::size_t>(rows * out), TestType(-1));
           REQUIRE(V::topk_tiles_weights(ssr::Weights::scores, x.data, n, nullptr, k, rows,
                                         {experts.data(), rows, k, out}, {weights.data(), rows, k, out}));

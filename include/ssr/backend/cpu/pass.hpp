@@ -2,8 +2,8 @@
 // over GNU vectors (lanes.hpp): in the build's widest vectors, and with AVX2 or AVX-512 where a baseline
 // x86-64 build runs on a processor that has it. Every width and path gives the same bits.
 //
-// For each row of `count` tiles (at most a block's rows; padding rows zeros), with v spread over a tile's
-// columns (vt[j * tile + l] = v_j): t = Q_i * v and r = sum_j t_j (into row_sum, a tile's 8 rows at a
+// For each row of `count` tiles (at most a block's rows; padding rows zeros), with v and v spread over a
+// tile's columns (vt[j * tile + l] = v_j): t = Q_i * v and r = sum_j t_j (into row_sum, a tile's 8 rows at a
 // time), and the column sums of the plan rows t / r over all the rows (into part, n elements), as
 // v_j * sum_i Q_ij / r_i: one product a column, not one an element. First each tile's r and 1 / r (two
 // tiles at a time, sharing the loads of vt), then the column sums several columns at a time over every
@@ -57,7 +57,7 @@ SSR_LANES_INLINE T fold(T* a, index_t w) {
 // two columns at once. Where next is not null, the same columns of the tiles at next (the next block's)
 // are prefetched as these are read.
 template <class T, int L, int P>
-SSR_LANES_INLINE void column_sums(const T* q, const T* vt, index_t n, index_t count, const T* inv, index_t j0, T* part,
+SSR_LANES_INLINE void column_sums(const T* q, const T* v, index_t n, index_t count, const T* inv, index_t j0, T* part,
                                   const T* next) {
   SSR_LANES(V, T, L);
   constexpr index_t per_pair = 2 * tile / L;
@@ -98,7 +98,32 @@ SSR_LANES_INLINE void column_sums(const T* q, const T* vt, index_t n, index_t co
     const V z = __builtin_shufflevector(y[0], y[1], 0, 2, 8, 10, 4, 6, 12, 14) +
                 __builtin_shufflevector(y[0], y[1], 1, 3, 9, 11, 5, 7, 13, 15);
     SSR_UNROLL
-    for (index_t c = 0; c < tile; ++c) part[j0 + c] = z[c % 2 * 4 + c / 2] * vt[(j0 + c) * tile];
+    for (index_t c = 0; c < tile; ++c) part[j0 + c] = z[c % 2 * 4 + c / 2] * v[j0 + c];
+    return;
+  }
+  if constexpr (L == 2 * tile && P == 8) {
+    // Sixteen columns (acc[c][0]: columns 2c and 2c + 1, 8 lanes each) folded together as fold() folds
+    // each, a step adding two vectors that hold the halves of four, eight, then sixteen columns; then
+    // multiplied by v a vector at once.
+    V x[4], y[2];
+    SSR_UNROLL
+    for (int k = 0; k < 4; ++k)  // columns 4k to 4k + 3, four lanes each: lanes 0-3 plus lanes 4-7
+      x[k] = __builtin_shufflevector(acc[2 * k][0], acc[2 * k + 1][0], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25,
+                                     26, 27) +
+             __builtin_shufflevector(acc[2 * k][0], acc[2 * k + 1][0], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28,
+                                     29, 30, 31);
+    SSR_UNROLL
+    for (int p = 0; p < 2; ++p)  // columns 8p to 8p + 7, two lanes each: lanes 0-1 plus lanes 2-3
+      y[p] =
+          __builtin_shufflevector(x[2 * p], x[2 * p + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
+          __builtin_shufflevector(x[2 * p], x[2 * p + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+    // Lane 0 plus lane 1: the sixteen columns in order.
+    V z = __builtin_shufflevector(y[0], y[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
+          __builtin_shufflevector(y[0], y[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    V vj;
+    std::memcpy(&vj, v + j0, sizeof vj);
+    z *= vj;
+    std::memcpy(part + j0, &z, sizeof z);
     return;
   }
 #endif
@@ -124,13 +149,13 @@ SSR_LANES_INLINE void column_sums(const T* q, const T* vt, index_t n, index_t co
           e += __builtin_shufflevector(e, e, 4, 5, 6, 7, 0, 1, 2, 3);
           e += __builtin_shufflevector(e, e, 2, 3, 0, 1, 6, 7, 4, 5);
           e += __builtin_shufflevector(e, e, 1, 0, 3, 2, 5, 4, 7, 6);
-          part[j0 + 2 * c + col] = e[0] * vt[(j0 + 2 * c + col) * tile];
+          part[j0 + 2 * c + col] = e[0] * v[j0 + 2 * c + col];
           continue;
         }
 #endif
         T lanes_of[L];
         std::memcpy(lanes_of, &e, sizeof lanes_of);
-        part[j0 + 2 * c + col] = fold(lanes_of, L) * vt[(j0 + 2 * c + col) * tile];
+        part[j0 + 2 * c + col] = fold(lanes_of, L) * v[j0 + 2 * c + col];
       }
     } else {
 #if defined(SSR_SHUFFLE_VECTOR)
@@ -139,8 +164,8 @@ SSR_LANES_INLINE void column_sums(const T* q, const T* vt, index_t n, index_t co
       e += __builtin_shufflevector(e, e, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
       e += __builtin_shufflevector(e, e, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
       e += __builtin_shufflevector(e, e, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
-      part[j0 + 2 * c] = e[0] * vt[(j0 + 2 * c) * tile];
-      part[j0 + 2 * c + 1] = e[tile] * vt[(j0 + 2 * c + 1) * tile];
+      part[j0 + 2 * c] = e[0] * v[j0 + 2 * c];
+      part[j0 + 2 * c + 1] = e[tile] * v[j0 + 2 * c + 1];
 #else
       static_assert(L <= tile, "two columns in one vector need __builtin_shufflevector (widest caps L)");
 #endif
@@ -152,11 +177,11 @@ SSR_LANES_INLINE void column_sums(const T* q, const T* vt, index_t n, index_t co
 // column of an odd n, or at n). P pairs of per_pair vectors keep up to eight sums in flight: fewer would
 // leave the adds waiting on each other's latency. The order of each column's sum does not depend on P.
 template <class T, int L, int P>
-SSR_LANES_INLINE void column_sums_from(const T* q, const T* vt, index_t n, index_t count, const T* inv, index_t& j0,
+SSR_LANES_INLINE void column_sums_from(const T* q, const T* v, index_t n, index_t count, const T* inv, index_t& j0,
                                        T* part, const T* next) {
   constexpr index_t width = 2 * index_t{P};  // columns a call
-  for (; j0 + width <= n; j0 += width) column_sums<T, L, P>(q, vt, n, count, inv, j0, part, next);
-  if constexpr (P > 1) column_sums_from<T, L, P / 2>(q, vt, n, count, inv, j0, part, next);
+  for (; j0 + width <= n; j0 += width) column_sums<T, L, P>(q, v, n, count, inv, j0, part, next);
+  if constexpr (P > 1) column_sums_from<T, L, P / 2>(q, v, n, count, inv, j0, part, next);
 }
 
 // r and 1 / r for the G tiles from tile t0 (see the top of this file), in vectors of L lanes: the tiles share
@@ -247,8 +272,8 @@ SSR_LANES_INLINE void row_sums(const T* q, const T* vt, index_t n, index_t t0, T
 // prefetch it meanwhile, so that the row sums of the next block find it there (the row sums alone keep
 // the memory busy: an iteration over a matrix beyond L2 took up to 1.6 times as long without).
 template <class T, int L>
-SSR_LANES_INLINE void scaled_in_lanes(const T* q, const T* vt, index_t n, index_t count, T* row_sum, T* part,
-                                      const T* next = nullptr) {
+SSR_LANES_INLINE void scaled_in_lanes(const T* q, const T* v, const T* vt, index_t n, index_t count, T* row_sum,
+                                      T* part, const T* next = nullptr) {
   constexpr index_t per_pair = 2 * tile / L;
   SSR_LANES(V, T, L);
   alignas(64) T inv[2 * CpuTuning::block_elements / CpuTuning::pad];  // 1 / r twice a tile
@@ -256,10 +281,9 @@ SSR_LANES_INLINE void scaled_in_lanes(const T* q, const T* vt, index_t n, index_
   for (; tl + 2 <= count; tl += 2) row_sums<T, L, 2>(q, vt, n, tl, row_sum, inv);
   if (tl < count) row_sums<T, L, 1>(q, vt, n, tl, row_sum, inv);
   index_t j0 = 0;
-  column_sums_from<T, L, (per_pair >= 8 ? 1 : static_cast<int>(8 / per_pair))>(q, vt, n, count, inv, j0, part, next);
+  column_sums_from<T, L, (per_pair >= 8 ? 1 : static_cast<int>(8 / per_pair))>(q, v, n, count, inv, j0, part, next);
   if (j0 < n) {  // the last column of an odd n, in the first tile lanes of a pair (zeros after)
     V acc[per_pair] = {};
-    const T vj = vt[j0 * tile];
     for (index_t t = 0; t < count; ++t) {
       V e[per_pair] = {}, w[per_pair];
       std::memcpy(e, q + (t * n + j0) * tile, tile * sizeof(T));
@@ -269,35 +293,35 @@ SSR_LANES_INLINE void scaled_in_lanes(const T* q, const T* vt, index_t n, index_
     }
     T a[2 * tile];
     std::memcpy(a, acc, sizeof a);
-    part[j0] = fold(a, tile) * vj;  // the same halves as column_sums folds
+    part[j0] = fold(a, tile) * v[j0];  // the same halves as column_sums folds
   }
 }
 
 #if defined(SSR_DISPATCH_AVX2)
 template <class T>
-SSR_TARGET_AVX2 void scaled_avx2(const T* q, const T* vt, index_t n, index_t count, T* row_sum, T* part,
+SSR_TARGET_AVX2 void scaled_avx2(const T* q, const T* v, const T* vt, index_t n, index_t count, T* row_sum, T* part,
                                  const T* next = nullptr) {
-  scaled_in_lanes<T, 32 / static_cast<int>(sizeof(T))>(q, vt, n, count, row_sum, part, next);
+  scaled_in_lanes<T, 32 / static_cast<int>(sizeof(T))>(q, v, vt, n, count, row_sum, part, next);
 }
 #endif
 #if defined(SSR_DISPATCH_AVX512)
 template <class T>
-SSR_TARGET_AVX512 void scaled_avx512(const T* q, const T* vt, index_t n, index_t count, T* row_sum, T* part,
+SSR_TARGET_AVX512 void scaled_avx512(const T* q, const T* v, const T* vt, index_t n, index_t count, T* row_sum, T* part,
                                      const T* next = nullptr) {
-  scaled_in_lanes<T, 64 / static_cast<int>(sizeof(T))>(q, vt, n, count, row_sum, part, next);
+  scaled_in_lanes<T, 64 / static_cast<int>(sizeof(T))>(q, v, vt, n, count, row_sum, part, next);
 }
 #endif
 
 // The pass (see the top of this file) on the widest path this processor runs.
 template <class T>
-inline void scaled(const T* q, const T* vt, index_t n, index_t count, T* row_sum, T* part, const T* next) {
+inline void scaled(const T* q, const T* v, const T* vt, index_t n, index_t count, T* row_sum, T* part, const T* next) {
 #if defined(SSR_DISPATCH_AVX512)
-  if (lanes::has_avx512()) return scaled_avx512(q, vt, n, count, row_sum, part, next);
+  if (lanes::has_avx512()) return scaled_avx512(q, v, vt, n, count, row_sum, part, next);
 #endif
 #if defined(SSR_DISPATCH_AVX2)
-  if (lanes::has_avx2()) return scaled_avx2(q, vt, n, count, row_sum, part, next);
+  if (lanes::has_avx2()) return scaled_avx2(q, v, vt, n, count, row_sum, part, next);
 #endif
-  scaled_in_lanes<T, widest<T>()>(q, vt, n, count, row_sum, part, next);
+  scaled_in_lanes<T, widest<T>()>(q, v, vt, n, count, row_sum, part, next);
 }
 
 }  // namespace SSR_LANES_NAMESPACE

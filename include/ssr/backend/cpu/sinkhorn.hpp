@@ -142,7 +142,7 @@ class Sinkhorn {
       const auto pass = [&](index_t blk, bool prefetch) {
         const auto [t0, t1] = block_tiles(blk);
         const T* next = prefetch && t1 + (t1 - t0) <= tiles ? q + t1 * size : nullptr;
-        V::pass_tiles(q + t0 * size, b.vt, n, t1 - t0, row_sum + t0 * tile, partial + blk * n, next);
+        V::pass_tiles(q + t0 * size, v, b.vt, n, t1 - t0, row_sum + t0 * tile, partial + blk * n, next);
       };
 
       // K = cost / xi in tiles, padding rows -inf; Q = exp(K) (h = 0, c = 0); and with it the first pass.
