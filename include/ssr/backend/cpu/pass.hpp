@@ -67,7 +67,8 @@ SSR_LANES_INLINE void column_sums(const T* q, const T* v, index_t n, index_t cou
     const T* x = q + (tl * n + j0) * tile;
     if (next) {  // the same columns of the next block's tile: as many lines as this step reads
       SSR_UNROLL
-      for (index_t c = 0; c < 2 * P * tile; c += line_elements) lanes::prefetch(next + (tl * n + j0) * tile + c);
+      for (index_t c = 0; c < 2 * index_t{P} * tile; c += line_elements)
+        lanes::prefetch(next + (tl * n + j0) * tile + c);
     }
     V w[per_pair];
     std::memcpy(w, inv + 2 * tl * tile, sizeof w);
