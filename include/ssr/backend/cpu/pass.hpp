@@ -270,8 +270,8 @@ SSR_LANES_INLINE void row_sums(const T* q, const T* vt, index_t n, index_t t0, T
 
 // The pass in vectors of L lanes of T (L divides 2 * tile). next, where not null, is the next block's
 // tiles (at least count of them): the column sums, which read this block from the nearest cache again,
-// prefetch it meanwhile, so that the row sums of the next block find it there (the row sums alone keep
-// the memory busy: an iteration over a matrix beyond L2 took up to 1.6 times as long without).
+// prefetch it meanwhile, so that the row sums of the next block find it there (without it only the row
+// sums asked the memory for anything: an iteration over a matrix beyond L2 took up to 1.6 times as long).
 template <class T, int L>
 SSR_LANES_INLINE void scaled_in_lanes(const T* q, const T* v, const T* vt, index_t n, index_t count, T* row_sum,
                                       T* part, const T* next = nullptr) {
