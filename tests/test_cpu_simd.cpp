@@ -352,7 +352,7 @@ TEMPLATE_TEST_CASE("the finiteness scan finds any NaN or infinity, wherever it l
 
 TEMPLATE_TEST_CASE(
     "the scaled pass over tiles gives each row's sum and the plan's column sums, the same bits "
-    "in every vector width and on every path",
+    "in every vector width and on every path, reading the next block ahead or not",
     "[simd]", float, double) {
   using V = ssr::cpu::Simd<TestType>;
   namespace pass = ssr::cpu::pass;
@@ -369,7 +369,9 @@ TEMPLATE_TEST_CASE(
   Padded<TestType> vt(V::tile * 19);  // v spread over a tile's columns
   Padded<TestType> q(5 * V::tile * 19), v(19), part(19), sum(5 * V::tile);
   Padded<TestType> other_part(19), other_sum(5 * V::tile);  // the other widths and paths
-  for (index_t n : {1, 2, 3, 5, 6, 8, 16, 19}) {            // every remainder of n mod 4, one pair or none
+  Padded<TestType> ahead(5 * V::tile * 19);  // a next block, which the other widths and paths prefetch: not Q
+  std::fill(ahead.data, ahead.data + 5 * V::tile * 19, TestType(7));
+  for (index_t n : {1, 2, 3, 5, 6, 8, 16, 19}) {  // every remainder of n mod 4, one pair or none
     for (index_t m : {1, 8, 13, 37}) {
       const index_t tiles = (m + V::tile - 1) / V::tile;
       std::vector<TestType> dense(static_cast<std::size_t>(m * n));  // the same Q by rows
@@ -406,27 +408,31 @@ TEMPLATE_TEST_CASE(
       };
 #if defined(SSR_VECTOR_EXTENSIONS)
       constexpr int L = 16 / static_cast<int>(sizeof(TestType));  // the narrowest vectors: 4 floats, 2 doubles
-      pass::scaled_in_lanes<TestType, L>(q.data, v.data, vt.data, n, tiles, other_sum.data, other_part.data);
+      pass::scaled_in_lanes<TestType, L>(q.data, v.data, vt.data, n, tiles, other_sum.data, other_part.data,
+                                         ahead.data);
       same_bits();
-      pass::scaled_in_lanes<TestType, 2 * L>(q.data, v.data, vt.data, n, tiles, other_sum.data, other_part.data);
+      pass::scaled_in_lanes<TestType, 2 * L>(q.data, v.data, vt.data, n, tiles, other_sum.data, other_part.data,
+                                             ahead.data);
       same_bits();
 #if defined(SSR_SHUFFLE_VECTOR)
-      pass::scaled_in_lanes<TestType, 4 * L>(q.data, v.data, vt.data, n, tiles, other_sum.data, other_part.data);
+      pass::scaled_in_lanes<TestType, 4 * L>(q.data, v.data, vt.data, n, tiles, other_sum.data, other_part.data,
+                                             ahead.data);
       same_bits();
 #endif
 #else
-      pass::scaled_in_lanes<TestType, 1>(q.data, v.data, vt.data, n, tiles, other_sum.data, other_part.data);
+      pass::scaled_in_lanes<TestType, 1>(q.data, v.data, vt.data, n, tiles, other_sum.data, other_part.data,
+                                         ahead.data);
       same_bits();
 #endif
 #if defined(SSR_DISPATCH_AVX2)
       if (ssr::cpu::lanes::has_avx2()) {
-        pass::scaled_avx2(q.data, v.data, vt.data, n, tiles, other_sum.data, other_part.data);
+        pass::scaled_avx2(q.data, v.data, vt.data, n, tiles, other_sum.data, other_part.data, ahead.data);
         same_bits();
       }
 #endif
 #if defined(SSR_DISPATCH_AVX512)
       if (ssr::cpu::lanes::has_avx512()) {
-        pass::scaled_avx512(q.data, v.data, vt.data, n, tiles, other_sum.data, other_part.data);
+        pass::scaled_avx512(q.data, v.data, vt.data, n, tiles, other_sum.data, other_part.data, ahead.data);
         same_bits();
       }
 #endif
