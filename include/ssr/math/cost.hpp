@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "ssr/detail/hd.hpp"
+#include "ssr/math/exp.hpp"
 #include "ssr/math/numeric.hpp"
 #include "ssr/spec.hpp"
 
@@ -16,7 +17,7 @@ namespace ssr {
 namespace math {
 
 // What a row's cost is shifted by: its largest logit, and for the softmax cost the normaliser
-// sum_j exp(S_ij - top) (1 for the linear cost).
+// sum_j exp(S_ij - top) (1 for the linear cost). The softmax's exp is math::exp, the same bits everywhere.
 struct CostShift {
   double top;
   double sum;
@@ -29,14 +30,14 @@ SSR_HD CostShift cost_shift(index_t n, Cost cost, const Logit& s) {
   for (index_t j = 0; j < n; ++j) shift.top = std::max(shift.top, static_cast<double>(s(j)));
   if (cost == Cost::softmax) {
     shift.sum = 0;
-    for (index_t j = 0; j < n; ++j) shift.sum += std::exp(static_cast<double>(s(j)) - shift.top);
+    for (index_t j = 0; j < n; ++j) shift.sum += math::exp(static_cast<double>(s(j)) - shift.top);
   }
   return shift;
 }
 
 // c(S)_ij minus the row's maximum of c(S): S_ij - top (linear), softmax(S_i)_j - 1/sum (softmax).
 SSR_HD inline double shifted_cost(Cost cost, double s, const CostShift& shift) {
-  return cost == Cost::linear ? s - shift.top : std::exp(s - shift.top) / shift.sum - 1.0 / shift.sum;
+  return cost == Cost::linear ? s - shift.top : math::exp(s - shift.top) / shift.sum - 1.0 / shift.sum;
 }
 
 // x_ij = clamp(clamp(shifted cost) + clamp(z)) in [-B, B], B = cost_bound<T>(); z is the noise

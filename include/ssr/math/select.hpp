@@ -47,7 +47,7 @@ SSR_HD CostShift score_shift(index_t n, Score score, const Logit& s) {
 
 // s(x): softmax(S_i)_j = exp(x - top) / sum, or sigmoid(x).
 SSR_HD inline double score_value(Score score, double x, const CostShift& shift) {
-  return score == Score::softmax ? std::exp(x - shift.top) / shift.sum : sigmoid(x);
+  return score == Score::softmax ? math::exp(x - shift.top) / shift.sum : sigmoid(x);
 }
 
 // The value the softmax path ranks expert j by, under a selection that is not plain top-k of the logits:

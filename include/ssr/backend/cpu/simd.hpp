@@ -117,7 +117,7 @@ struct Simd {
         for (index_t c = 0; c < np; c += W) At<DChunk>(x + c) -= top;
       } else {
         double sum = 0;
-        for (index_t j = 0; j < n; ++j) sum += (x[j] = std::exp(static_cast<double>(s[j]) - top));
+        for (index_t j = 0; j < n; ++j) sum += (x[j] = math::exp(static_cast<double>(s[j]) - top));
         std::fill(x + n, x + np, -std::numeric_limits<double>::infinity());  // stays -inf: -inf / sum - shift
         const double shift = 1.0 / sum;
         for (index_t c = 0; c < np; c += W) At<DChunk>(x + c) = At<const DChunk>(x + c) / sum - shift;
