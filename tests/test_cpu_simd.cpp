@@ -131,6 +131,66 @@ TEST_CASE("the float kernel of tiles is the kernel row of each of their rows", "
   REQUIRE_FALSE(ssr::cpu::Simd<double>::float_kernel(ssr::RouteSpec{}));
 }
 
+TEMPLATE_TEST_CASE("the double kernel of tiles is the kernel row of each of their rows, on every path", "[simd]", float,
+                   double) {
+  using V = ssr::cpu::Simd<TestType>;
+  namespace cost_tiles = ssr::cpu::cost_tiles;
+  std::mt19937 gen(5);
+  std::normal_distribution<double> normal;
+  for (ssr::Cost cost : {ssr::Cost::softmax, ssr::Cost::linear}) {
+    for (index_t n : {1, 3, 8, 16, 20}) {
+      for (index_t rows : {index_t{1}, index_t{8}, index_t{21}}) {  // one row, a tile, a partial last tile
+        for (double xi : {0.5, 0.3, 4.0, 1e-6}) {                   // 1 / xi a power of two or not
+          for (double scale : {1.0, 30.0, 1e30}) {                  // the softmax's exps underflow, clamps
+            ssr::RouteSpec spec;
+            spec.cost = cost;
+            spec.sinkhorn.xi = xi;
+            const index_t stride = n + 5, np = ssr::CpuTuning::padded(n), tiles = (rows + V::tile - 1) / V::tile;
+            std::vector<TestType> s(static_cast<std::size_t>(rows * stride));
+            for (auto& e : s) e = static_cast<TestType>(std::min(scale * normal(gen), 1e38));
+            Padded<TestType> want(tiles * V::tile * n), got(tiles * V::tile * n), s_buf(n), row(n);
+            Padded<double> x(n), scratch(V::tile * n);
+            V::kernel_tiles(s.data(), stride, rows, n, spec, scratch.data, want.data);  // this processor's path
+            INFO("cost " << static_cast<int>(cost) << " n " << n << " rows " << rows << " xi " << xi << " scale "
+                         << scale);
+            for (index_t i = 0; i < rows; ++i) {
+              V::kernel_row(s.data() + i * stride, n, np, spec, nullptr, s_buf.data, x.data, row.data);
+              INFO("row " << i);
+              for (index_t j = 0; j < n; ++j)
+                REQUIRE(std::memcmp(&want.data[V::at_tile(i, j, n)], &row.data[j], sizeof(TestType)) == 0);
+            }
+            const double inv_xi = 1.0 / xi;
+            const cost_tiles::Spec kernel{cost, xi, inv_xi, V::is_power_of_two(inv_xi),
+                                          ssr::math::cost_bound<TestType>()};
+            const auto same = [&](const char* path, auto run) {
+              V::load_tiles(s.data(), stride, rows, n, got.data);
+              run(got.data);
+              INFO(path);
+              REQUIRE(std::memcmp(got.data, want.data,
+                                  sizeof(TestType) * static_cast<std::size_t>(tiles * V::tile * n)) == 0);
+            };
+            same("one lane",
+                 [&](TestType* t) { cost_tiles::kernel_in_lanes<TestType, 1>(t, n, tiles, kernel, scratch.data); });
+#if defined(SSR_VECTOR_EXTENSIONS)
+            same("two lanes",
+                 [&](TestType* t) { cost_tiles::kernel_in_lanes<TestType, 2>(t, n, tiles, kernel, scratch.data); });
+#endif
+#if defined(SSR_DISPATCH_AVX2)
+            if (ssr::cpu::lanes::has_avx2_fma())
+              same("the AVX2 path", [&](TestType* t) { cost_tiles::kernel_avx2(t, n, tiles, kernel, scratch.data); });
+#endif
+#if defined(SSR_DISPATCH_AVX512)
+            if (ssr::cpu::lanes::has_avx512())
+              same("the AVX-512 path",
+                   [&](TestType* t) { cost_tiles::kernel_avx512(t, n, tiles, kernel, scratch.data); });
+#endif
+          }
+        }
+      }
+    }
+  }
+}
+
 namespace {
 
 // columns::tiles_in_lanes in L lanes against the one-lane form, byte for byte (Kernel: the float kernel).

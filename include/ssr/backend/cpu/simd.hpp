@@ -7,6 +7,7 @@
 //                 math::normalised_weights (bit for bit) or math::score_weights (softmax scores, within 3 ulps);
 //   exp_row     = std::exp within 2 float ulps (float), Eigen's exp (double);
 //   float_kernel_tiles = kernel_row (where float_kernel holds) of each row, into tiles, bit for bit;
+//   kernel_tiles = kernel_row (without noise) of each row, into tiles, bit for bit;
 //   pass_tiles  = the scaled row update t = Q_i * v, r = sum t, plan row t / r, over tiles by columns.
 #pragma once
 
@@ -20,6 +21,7 @@
 #include <type_traits>
 
 #include "ssr/backend/cpu/columns.hpp"
+#include "ssr/backend/cpu/cost_tiles.hpp"
 #include "ssr/backend/cpu/exp.hpp"
 #include "ssr/backend/cpu/finite.hpp"
 #include "ssr/backend/cpu/lanes.hpp"
@@ -409,6 +411,19 @@ struct Simd {
   // is below -bound, so is d * scale (scale >= 1). Returns whether every S_ij was finite.
   static bool float_kernel_tiles(const T* s, index_t stride, index_t rows, index_t n, T bound, T scale, T* x) {
     return columns::tiles<T, true>(s, stride, rows, n, scale, bound, x);
+  }
+
+  // kernel_row without noise of `rows` rows of s into tiles as load_tiles lays them out, eight rows at a time
+  // in double (cost_tiles::kernel, cost_tiles.hpp: any cost and xi, for what float_kernel_tiles does not
+  // take). scratch holds a tile of doubles (n * tile).
+  static void kernel_tiles(const T* s, index_t stride, index_t rows, index_t n, const RouteSpec& spec, double* scratch,
+                           T* x) {
+    static_assert(cost_tiles::tile == tile, "one tile");
+    load_tiles(s, stride, rows, n, x);
+    const double xi = spec.sinkhorn.xi, inv_xi = 1.0 / xi;
+    cost_tiles::kernel(x, n, (rows + tile - 1) / tile,
+                       cost_tiles::Spec{spec.cost, xi, inv_xi, is_power_of_two(inv_xi), math::cost_bound<T>()},
+                       scratch);
   }
 
   // Sets lanes [rows, tile) of every column of a tile by columns to value (nothing for a full tile).

@@ -12,8 +12,8 @@
 // rows, so a row's sum needs no horizontal additions and the final top-k reads the tiles as they are.
 // With a communicator, the column sums (and a log-domain column's maximum and sum) are reduced over the
 // ranks that share the problem, exactly (detail::sum_over_ranks), so every rank takes the same steps.
-// The setup builds K and Q a tile at a time (the float kernel from the logits by columns, other kernels row
-// by row) and makes the first pass on the way. The float kernel is built in Q's place and exponentiated
+// The setup builds K and Q a tile at a time (from the logits by columns, in float or double; with noise
+// row by row) and makes the first pass on the way. The float kernel is built in Q's place and exponentiated
 // there, so K is never written out: the steps that read K again, all rare (absorption, rows and columns
 // redone in the log domain), build it again from the logits, the same bits. The final plan, top-k and
 // weights are the last pass's t / r, from Q and v without exp, except for rows whose chosen experts' Q
@@ -57,7 +57,7 @@ class Sinkhorn {
   // The solve's buffers, laid out in a workspace.
   struct Buffers {
     T *logk, *q, *v, *vt, *gt, *ht, *partial, *scratch, *tiles, *row_top, *row_sum;
-    double *g, *colsum, *xbuf;
+    double *g, *colsum, *xbuf, *cost_tile;
     // Distributed solves: exact-sum limbs, and the log-domain columns' flags, maxima and sums.
     std::int64_t* limbs;
     std::int32_t* log_update;
@@ -85,6 +85,7 @@ class Sinkhorn {
     b.g = c.take<double>(nz);
     b.colsum = c.take<double>(nz);
     b.xbuf = c.take<double>(2 * npz * threads);
+    b.cost_tile = c.take<double>(static_cast<std::size_t>(V::tile) * nz * threads);  // a tile per thread (kernel_tiles)
     b.limbs = c.take<std::int64_t>(static_cast<std::size_t>(math::exact_limbs * n));
     b.log_update = c.take<std::int32_t>(nz);
     b.column_max = c.take<double>(nz);
@@ -130,6 +131,7 @@ class Sinkhorn {
       T* by_columns = b.tiles + size * tid;
       double* x = b.xbuf + index_t{2} * np * tid;
       double* z = x + np;
+      double* cost_tile = b.cost_tile + size * tid;
       std::fill(z + n, z + np, 0.0);  // noise padding
 
       // Tiles [t0, t1) of block blk; the real rows of tile tl.
@@ -146,7 +148,8 @@ class Sinkhorn {
       };
 
       // K = cost / xi in tiles, padding rows -inf; Q = exp(K) (h = 0, c = 0); and with it the first pass.
-      // The float kernel goes into Q's place (k), other kernels are kept.
+      // The float kernel goes into Q's place (k), other kernels are kept; without noise eight rows at a time
+      // (float_kernel_tiles, kernel_tiles), with it row by row.
       bool finite = true;
       SSR_OMP(for schedule(static) nowait)
       for (index_t blk = 0; blk < blocks; ++blk) {
@@ -156,13 +159,15 @@ class Sinkhorn {
           finite = V::float_kernel_tiles(s.row(t0 * tile), s.stride, std::min(m, t1 * tile) - t0 * tile, n, bound,
                                          scale, k) &&
                    finite;
-        } else {
+        } else if (!spec.noisy()) {
+          V::kernel_tiles(s.row(t0 * tile), s.stride, std::min(m, t1 * tile) - t0 * tile, n, spec, cost_tile, k);
+        } else {  // with noise: row by row, each row's noise drawn beside it
           for (index_t tl = t0; tl < t1; ++tl) {
             const index_t i0 = tl * tile;
             T* ktile = logk + tl * size;
             for (index_t r = 0; r < rows_of(tl); ++r) {
-              if (spec.noisy()) math::noise_row(spec, i0 + r, n, z);
-              V::kernel_row(s.row(i0 + r), n, np, spec, spec.noisy() ? z : nullptr, s_buf, x, t_buf);
+              math::noise_row(spec, i0 + r, n, z);
+              V::kernel_row(s.row(i0 + r), n, np, spec, z, s_buf, x, t_buf);
               for (index_t j = 0; j < n; ++j) ktile[j * tile + r] = t_buf[j];
               if (!out.noise.empty())
                 math::noise_output(
@@ -300,7 +305,7 @@ class Sinkhorn {
       SSR_OMP(for schedule(static))
       for (index_t grp = 0; grp < groups; ++grp) {
         const index_t i0 = grp * V::group_rows, rows = std::min(V::group_rows, m - i0);
-        if (float_form && !out.noise.empty())  // no noise: zeros
+        if (!spec.noisy() && !out.noise.empty())  // no noise: zeros
           for (index_t i = i0; i < i0 + rows; ++i)
             math::noise_output(
                 spec, n, [](index_t) { return 0.0; }, out.noise.row(i));

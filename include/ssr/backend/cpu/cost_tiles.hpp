@@ -1,0 +1,186 @@
+// The CPU backend's Sinkhorn kernel of tiles in double, for what the float kernel does not take (the
+// softmax cost; the linear cost where 1 / xi is not a power of two) without noise: math::cost_row, then
+// math::kernel_row, of eight rows at a time, a row a lane, over tiles by columns (columns.hpp), written
+// once over GNU vectors (lanes.hpp) of L doubles (a tile's column or part of one), and with AVX2 and FMA
+// or AVX-512 where a baseline x86-64 build runs on a processor that has them. Each lane takes the
+// definitions' operations on its row in their order (the softmax's sum adds the columns in order; its exp
+// is math::exp, whose formula is written over lanes too), so every width and path gives the definitions'
+// bits. No product meets a sum outside math::exp's own fused steps: nothing else can be fused.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "ssr/backend/cpu/lanes.hpp"
+#include "ssr/math/exp.hpp"
+#include "ssr/spec.hpp"
+#include "ssr/view.hpp"
+
+namespace ssr {
+namespace cpu {
+namespace cost_tiles {
+inline namespace SSR_LANES_NAMESPACE {
+
+constexpr index_t tile = 8;  // rows a tile (Simd<T>::tile)
+
+// Doubles in the build's widest vector, at most a tile's column (1 without vector extensions).
+constexpr int widest = lanes::widest_lanes<double>(static_cast<int>(tile));
+
+// What the kernel of a tile needs besides its logits: the cost, 1 / xi where it is a power of two (a product
+// then gives the quotient's bits) or else xi, and the cost bound.
+struct Spec {
+  Cost cost;
+  double xi, inv_xi;
+  bool exact_inverse;
+  double bound;
+};
+
+// L lanes of doubles and of their bits, declared outside any template (a vector type whose width depends on
+// a template's argument loses its width where it is itself a template's argument, as in math::exp_of's).
+template <int L>
+struct Lanes;
+template <>
+struct Lanes<1> {
+  using Double = double;
+  using Bits = std::uint64_t;
+};
+#if defined(SSR_VECTOR_EXTENSIONS)
+template <>
+struct Lanes<2> {
+  typedef double Double __attribute__((vector_size(16)));       // NOLINT(modernize-use-using)
+  typedef std::uint64_t Bits __attribute__((vector_size(16)));  // NOLINT(modernize-use-using)
+};
+template <>
+struct Lanes<4> {
+  typedef double Double __attribute__((vector_size(32)));       // NOLINT(modernize-use-using)
+  typedef std::uint64_t Bits __attribute__((vector_size(32)));  // NOLINT(modernize-use-using)
+};
+template <>
+struct Lanes<8> {
+  typedef double Double __attribute__((vector_size(64)));       // NOLINT(modernize-use-using)
+  typedef std::uint64_t Bits __attribute__((vector_size(64)));  // NOLINT(modernize-use-using)
+};
+#endif
+
+// y = a * b + c rounded once in each of L lanes (std::fma a lane: one instruction a vector where the target
+// has FMA), for math::exp_of.
+template <int L>
+struct FusedLanes {
+  using D = typename Lanes<L>::Double;
+  SSR_LANES_INLINE void operator()(D& y, const D& a, const D& b, const D& c) const {
+    double y_[L], a_[L], b_[L], c_[L];
+    std::memcpy(a_, &a, sizeof a_);
+    std::memcpy(b_, &b, sizeof b_);
+    std::memcpy(c_, &c, sizeof c_);
+    for (int l = 0; l < L; ++l) y_[l] = std::fma(a_[l], b_[l], c_[l]);
+    std::memcpy(&y, y_, sizeof y_);
+  }
+};
+
+// The kernel of `count` tiles at x (tiles by columns, n columns each, holding the logits), in place, in
+// vectors of L doubles; scratch holds a tile of doubles (n * tile). For each row: top = max_j S_ij; the
+// softmax cost's e_j = exp(S_ij - top) and sum = sum_j e_j in order; the shifted cost c_j (S_ij - top, or
+// e_j / sum - 1 / sum) clamped to +-bound; shift = max(-bound, max_j c_j); K_ij = clamp((c_j - shift) / xi,
+// -bound, 0) (math::cost_shift, shifted_cost, cost_value, kernel_shift and kernel_value; each clamp is
+// math::clamp's std::min(std::max(v, lo), hi)).
+template <class T, int L>
+SSR_LANES_INLINE void kernel_in_lanes(T* x, index_t n, index_t count, const Spec& spec, double* scratch) {
+  using D = typename Lanes<L>::Double;
+  using U = typename Lanes<L>::Bits;
+  constexpr index_t per = tile / L;  // vectors a column
+  const D none = D{} - std::numeric_limits<double>::infinity(), lo = D{} - spec.bound, hi = D{} + spec.bound;
+  const D zero = D{}, one = D{} + 1.0;
+  // L values of T at p as doubles, and back (rounded as static_cast rounds): loops the compiler vectorises.
+  const auto widen = [](const T* p, D& v) {
+    double d[L];
+    for (int l = 0; l < L; ++l) d[l] = static_cast<double>(p[l]);
+    std::memcpy(&v, d, sizeof v);
+  };
+  const auto narrow = [](const D& v, T* p) {
+    double d[L];
+    std::memcpy(d, &v, sizeof d);
+    for (int l = 0; l < L; ++l) p[l] = static_cast<T>(d[l]);
+  };
+  for (index_t t = 0; t < count; ++t, x += n * tile) {
+    SSR_UNROLL
+    for (index_t h = 0; h < per; ++h) {  // L rows at a time
+      T* column = x + h * L;
+      double* c = scratch + h * L;
+      D top = none, s;
+      for (index_t j = 0; j < n; ++j) {
+        widen(column + j * tile, s);
+        top = top < s ? s : top;  // std::max(top, s)
+      }
+      D shift = lo, cost;
+      if (spec.cost == Cost::softmax) {
+        D sum = zero, e;
+        for (index_t j = 0; j < n; ++j) {
+          widen(column + j * tile, s);
+          math::exp_of<D, U>(s - top, e, FusedLanes<L>{});
+          std::memcpy(c + j * tile, &e, sizeof e);
+          sum += e;
+        }
+        const D inv = one / sum;
+        for (index_t j = 0; j < n; ++j) {
+          std::memcpy(&e, c + j * tile, sizeof e);
+          cost = e / sum - inv;
+          cost = cost < lo ? lo : cost;
+          cost = hi < cost ? hi : cost;
+          std::memcpy(c + j * tile, &cost, sizeof cost);
+          shift = shift < cost ? cost : shift;  // std::max(shift, cost)
+        }
+      } else {
+        for (index_t j = 0; j < n; ++j) {
+          widen(column + j * tile, s);
+          cost = s - top;
+          cost = cost < lo ? lo : cost;
+          cost = hi < cost ? hi : cost;
+          std::memcpy(c + j * tile, &cost, sizeof cost);
+          shift = shift < cost ? cost : shift;
+        }
+      }
+      for (index_t j = 0; j < n; ++j) {
+        std::memcpy(&cost, c + j * tile, sizeof cost);
+        const D d = cost - shift;
+        D k = spec.exact_inverse ? d * spec.inv_xi : d / spec.xi;
+        k = k < lo ? lo : k;
+        k = zero < k ? zero : k;
+        narrow(k, column + j * tile);
+      }
+    }
+  }
+}
+
+#if defined(SSR_DISPATCH_AVX2)
+template <class T>
+SSR_TARGET_AVX2_FMA void kernel_avx2(T* x, index_t n, index_t count, const Spec& spec, double* scratch) {
+  kernel_in_lanes<T, 4>(x, n, count, spec, scratch);
+}
+#endif
+#if defined(SSR_DISPATCH_AVX512)
+template <class T>
+SSR_TARGET_AVX512_FMA void kernel_avx512(T* x, index_t n, index_t count, const Spec& spec, double* scratch) {
+  kernel_in_lanes<T, 8>(x, n, count, spec, scratch);
+}
+#endif
+
+// The kernel of `count` tiles in place (see kernel_in_lanes) on the widest path this processor runs (a
+// baseline build's own code has no FMA instruction: std::fma a lane, slow but exact, for processors
+// without AVX2 and FMA).
+template <class T>
+inline void kernel(T* x, index_t n, index_t count, const Spec& spec, double* scratch) {
+#if defined(SSR_DISPATCH_AVX512)
+  if (lanes::has_avx512()) return kernel_avx512(x, n, count, spec, scratch);
+#endif
+#if defined(SSR_DISPATCH_AVX2)
+  if (lanes::has_avx2_fma()) return kernel_avx2(x, n, count, spec, scratch);
+#endif
+  kernel_in_lanes<T, widest>(x, n, count, spec, scratch);
+}
+
+}  // namespace SSR_LANES_NAMESPACE
+}  // namespace cost_tiles
+}  // namespace cpu
+}  // namespace ssr
