@@ -177,6 +177,22 @@ void BM_ExpBound(benchmark::State& state) {
   pass_counters<float>(state, 1, m, n);
 }
 
+// One double exp at a time over 2^16 values in [-20, 0] (a softmax's shifted logits), as the scalar
+// definitions take it: math::exp (argument 0; in a baseline build its copy compiled for FMA where the
+// processor has it) against the platform's std::exp (argument 1). Time per value: the counter ns_per_exp.
+void BM_ScalarExp(benchmark::State& state) {
+  std::vector<double> x(std::size_t{1} << 16);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = -20.0 * static_cast<double>(i) / static_cast<double>(x.size());
+  const bool platform = state.range(0) != 0;
+  for (auto _ : state) {
+    double sum = 0;
+    for (const double v : x) sum += platform ? std::exp(v) : ssr::math::exp(v);
+    benchmark::DoNotOptimize(sum);
+  }
+  state.counters["ns_per_exp"] = benchmark::Counter(
+      static_cast<double>(x.size()), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
 // Routing throughput of a policy (training calls; the step advances every call, so a selective policy
 // takes the Sinkhorn path with its probability p). Arguments: m, n, k.
 template <class Policy>
@@ -246,6 +262,7 @@ BENCHMARK(BM_TwoPassScaling)->Apply(iteration_grid)->Unit(benchmark::kMillisecon
 BENCHMARK(BM_LogDomainStraightforward)->Apply(iteration_grid)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_TEMPLATE(BM_ReadBound, float)->Apply(matrix_grid)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_ExpBound)->Apply(matrix_grid)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_ScalarExp)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Route_SoftmaxTopK)->Apply(policy_shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Route_NoisySoftmaxTopK)->Apply(policy_shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Route_SinkhornTopK_PlanWeights)->Apply(policy_shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();
