@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -189,6 +190,80 @@ TEMPLATE_TEST_CASE("the double kernel of tiles is the kernel row of each of thei
       }
     }
   }
+}
+
+TEMPLATE_TEST_CASE("softmax score weights eight rows at a time are math::score_weights, bit for bit, on every path",
+                   "[simd]", float, double) {
+  using V = ssr::cpu::Simd<TestType>;
+  namespace cost_tiles = ssr::cpu::cost_tiles;
+  std::mt19937 gen(6);
+  std::normal_distribution<double> normal;
+  const index_t n = 12, stride = 14;
+  for (int k = 1; k <= V::tile_k; ++k) {
+    for (index_t rows : {index_t{1}, index_t{8}, index_t{13}, index_t{32}}) {
+      for (double scale : {1.0, 30.0, 1e30}) {  // weights that underflow to 0 beside 1
+        std::vector<TestType> s(static_cast<std::size_t>(rows * stride));
+        for (auto& e : s) e = static_cast<TestType>(std::min(scale * normal(gen), 1e38));
+        if (rows > 2) s[2 * stride + 1] = s[2 * stride + 3];  // a tie
+        std::vector<std::int32_t> experts(static_cast<std::size_t>(rows * k));
+        for (index_t i = 0; i < rows; ++i) {  // k distinct experts in any order
+          std::vector<std::int32_t> all(static_cast<std::size_t>(n));
+          std::iota(all.begin(), all.end(), 0);
+          std::shuffle(all.begin(), all.end(), gen);
+          std::copy(all.begin(), all.begin() + k, experts.begin() + i * k);
+        }
+        std::vector<TestType> got(static_cast<std::size_t>(rows * k)), want(got.size());
+        for (index_t i = 0; i < rows; ++i)
+          ssr::math::score_weights(
+              ssr::Score::softmax, k,
+              [&](int r) { return s[static_cast<std::size_t>(i * stride + experts[i * k + r])]; },
+              [&](int r, double w) { want[static_cast<std::size_t>(i * k + r)] = static_cast<TestType>(w); });
+        V::softmax_score_weights(s.data(), stride, rows, k,
+                                 ssr::MatrixView<const std::int32_t>(experts.data(), rows, k, k),
+                                 ssr::MatrixView<TestType>(got.data(), rows, k, k));
+        INFO("k " << k << " rows " << rows << " scale " << scale);
+        REQUIRE(std::memcmp(got.data(), want.data(), got.size() * sizeof(TestType)) == 0);
+      }
+    }
+  }
+  // Each path and width, for two lists (k = 2, 8) of one tile: against the one-lane form.
+  alignas(64) double logit[8 * V::tile];
+  for (auto& e : logit) e = 30 * normal(gen);
+  alignas(64) TestType one[8 * V::tile], other[8 * V::tile];
+  [[maybe_unused]] const auto same = [&](const char* path, int k) {
+    INFO(path << " k " << k);
+    REQUIRE(std::memcmp(one, other, sizeof(TestType) * static_cast<std::size_t>(k * V::tile)) == 0);
+  };
+  cost_tiles::softmax_weights_in_lanes<TestType, 1, 2>(logit, one);
+#if defined(SSR_VECTOR_EXTENSIONS)
+  cost_tiles::softmax_weights_in_lanes<TestType, 2, 2>(logit, other);
+  same("two lanes", 2);
+#endif
+#if defined(SSR_DISPATCH_AVX2)
+  if (ssr::cpu::lanes::has_avx2_fma()) {
+    cost_tiles::softmax_weights_avx2<TestType, 2>(logit, other);
+    same("the AVX2 path", 2);
+  }
+#endif
+#if defined(SSR_DISPATCH_AVX512)
+  if (ssr::cpu::lanes::has_avx512()) {
+    cost_tiles::softmax_weights_avx512<TestType, 2>(logit, other);
+    same("the AVX-512 path", 2);
+  }
+#endif
+  cost_tiles::softmax_weights_in_lanes<TestType, 1, 8>(logit, one);
+#if defined(SSR_DISPATCH_AVX2)
+  if (ssr::cpu::lanes::has_avx2_fma()) {
+    cost_tiles::softmax_weights_avx2<TestType, 8>(logit, other);
+    same("the AVX2 path", 8);
+  }
+#endif
+#if defined(SSR_DISPATCH_AVX512)
+  if (ssr::cpu::lanes::has_avx512()) {
+    cost_tiles::softmax_weights_avx512<TestType, 8>(logit, other);
+    same("the AVX-512 path", 8);
+  }
+#endif
 }
 
 namespace {

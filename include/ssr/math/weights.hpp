@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "ssr/detail/hd.hpp"
+#include "ssr/math/exp.hpp"
 #include "ssr/math/select.hpp"
 #include "ssr/spec.hpp"
 
@@ -16,7 +17,8 @@ namespace ssr {
 namespace math {
 
 // out(r, w_r) with w_r = exp(v(r) - max) / sum_l exp(v(l) - max), r in [0, k): v(r) is the r-th chosen
-// expert's logit (score weights) or log-plan value (plan weights).
+// expert's logit (score weights) or log-plan value (plan weights). exp is math::exp, the same bits on
+// every backend and in the CPU's vectors.
 template <class Value, class Out>
 SSR_HD void softmax_weights(int k, const Value& v, const Out& out) {
   double top = -std::numeric_limits<double>::infinity();
@@ -27,11 +29,11 @@ SSR_HD void softmax_weights(int k, const Value& v, const Out& out) {
   double sum = 0;
   for (int r = 0; r < k; ++r) {
     const double d = static_cast<double>(v(r)) - top;
-    const double e = d == 0 ? 1.0 : std::exp(d);  // exp(0) is 1: the largest term needs no call
+    const double e = d == 0 ? 1.0 : math::exp(d);  // exp(0) is 1: the largest term needs no call
     if (r < kept) term[r] = e;
     sum += e;
   }
-  for (int r = 0; r < k; ++r) out(r, (r < kept ? term[r] : std::exp(static_cast<double>(v(r)) - top)) / sum);
+  for (int r = 0; r < k; ++r) out(r, (r < kept ? term[r] : math::exp(static_cast<double>(v(r)) - top)) / sum);
 }
 
 // Score weights: out(r, s_r / sum_l s_l), s_r = s(logit(r)) of the r-th chosen expert, as the softmax of

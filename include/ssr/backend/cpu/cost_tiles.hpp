@@ -5,7 +5,8 @@
 // or AVX-512 where a baseline x86-64 build runs on a processor that has them. Each lane takes the
 // definitions' operations on its row in their order (the softmax's sum adds the columns in order; its exp
 // is math::exp, whose formula is written over lanes too), so every width and path gives the definitions'
-// bits. No product meets a sum outside math::exp's own fused steps: nothing else can be fused.
+// bits. No product meets a sum outside math::exp's own fused steps: nothing else can be fused. The same
+// machinery takes the softmax score weights of eight rows at a time (softmax_weights).
 #pragma once
 
 #include <cmath>
@@ -151,6 +152,64 @@ SSR_LANES_INLINE void kernel_in_lanes(T* x, index_t n, index_t count, const Spec
       }
     }
   }
+}
+
+// Softmax score weights of `rows` rows (at most a tile), a row a lane, in vectors of L doubles:
+// math::score_weights for softmax scores (math::softmax_weights of the chosen experts' logits), from
+// logit[r * tile + q], the r-th chosen expert's logit of row q (rows past `rows` repeat the last), into
+// weight[r * tile + q]. The same operations in each lane as the definition on its row: top = max_r, e_r =
+// exp(v_r - top) (exp(0) is 1 exactly, as the definition takes it), sum in r's order, w_r = e_r / sum.
+template <class T, int L, int K>
+SSR_LANES_INLINE void softmax_weights_in_lanes(const double* logit, T* weight) {
+  using D = typename Lanes<L>::Double;
+  using U = typename Lanes<L>::Bits;
+  constexpr index_t per = tile / L;
+  SSR_UNROLL
+  for (index_t h = 0; h < per; ++h) {
+    D v[K], top = D{} - std::numeric_limits<double>::infinity(), sum = D{};
+    SSR_UNROLL
+    for (int r = 0; r < K; ++r) {
+      std::memcpy(&v[r], logit + r * tile + h * L, sizeof(D));
+      top = top < v[r] ? v[r] : top;  // std::max(top, v)
+    }
+    SSR_UNROLL
+    for (int r = 0; r < K; ++r) {
+      math::exp_of<D, U>(v[r] - top, v[r], FusedLanes<L>{});
+      sum += v[r];
+    }
+    SSR_UNROLL
+    for (int r = 0; r < K; ++r) {
+      const D w = v[r] / sum;
+      double d[L];
+      std::memcpy(d, &w, sizeof d);
+      for (int l = 0; l < L; ++l) weight[r * tile + h * L + l] = static_cast<T>(d[l]);
+    }
+  }
+}
+
+#if defined(SSR_DISPATCH_AVX2)
+template <class T, int K>
+SSR_TARGET_AVX2_FMA void softmax_weights_avx2(const double* logit, T* weight) {
+  softmax_weights_in_lanes<T, 4, K>(logit, weight);
+}
+#endif
+#if defined(SSR_DISPATCH_AVX512)
+template <class T, int K>
+SSR_TARGET_AVX512_FMA void softmax_weights_avx512(const double* logit, T* weight) {
+  softmax_weights_in_lanes<T, 8, K>(logit, weight);
+}
+#endif
+
+// softmax_weights_in_lanes on the widest path this processor runs.
+template <class T, int K>
+inline void softmax_weights(const double* logit, T* weight) {
+#if defined(SSR_DISPATCH_AVX512)
+  if (lanes::has_avx512()) return softmax_weights_avx512<T, K>(logit, weight);
+#endif
+#if defined(SSR_DISPATCH_AVX2)
+  if (lanes::has_avx2_fma()) return softmax_weights_avx2<T, K>(logit, weight);
+#endif
+  softmax_weights_in_lanes<T, widest, K>(logit, weight);
 }
 
 #if defined(SSR_DISPATCH_AVX2)

@@ -8,6 +8,7 @@
 //   exp_row     = std::exp within 2 float ulps (float), Eigen's exp (double);
 //   float_kernel_tiles = kernel_row (where float_kernel holds) of each row, into tiles, bit for bit;
 //   kernel_tiles = kernel_row (without noise) of each row, into tiles, bit for bit;
+//   softmax_score_weights = math::score_weights (softmax scores) of each row, bit for bit;
 //   pass_tiles  = the scaled row update t = Q_i * v, r = sum t, plan row t / r, over tiles by columns.
 #pragma once
 
@@ -424,6 +425,49 @@ struct Simd {
     cost_tiles::kernel(x, n, (rows + tile - 1) / tile,
                        cost_tiles::Spec{spec.cost, xi, inv_xi, is_power_of_two(inv_xi), math::cost_bound<T>()},
                        scratch);
+  }
+
+  // math::score_weights for softmax scores of `rows` rows of s (row stride `stride`) and their chosen
+  // experts, into weights: eight rows at a time, a row a lane, in double (cost_tiles::softmax_weights), the
+  // definition's bits. k in [1, tile_k].
+  static void softmax_score_weights(const T* s, index_t stride, index_t rows, int k,
+                                    MatrixView<const std::int32_t> experts, MatrixView<T> weights) {
+    switch (k) {
+      case 1:
+        return softmax_score_weights_k<1>(s, stride, rows, experts, weights);
+      case 2:
+        return softmax_score_weights_k<2>(s, stride, rows, experts, weights);
+      case 3:
+        return softmax_score_weights_k<3>(s, stride, rows, experts, weights);
+      case 4:
+        return softmax_score_weights_k<4>(s, stride, rows, experts, weights);
+      case 5:
+        return softmax_score_weights_k<5>(s, stride, rows, experts, weights);
+      case 6:
+        return softmax_score_weights_k<6>(s, stride, rows, experts, weights);
+      case 7:
+        return softmax_score_weights_k<7>(s, stride, rows, experts, weights);
+      default:
+        return softmax_score_weights_k<8>(s, stride, rows, experts, weights);
+    }
+  }
+  template <int K>
+  static void softmax_score_weights_k(const T* s, index_t stride, index_t rows, MatrixView<const std::int32_t> experts,
+                                      MatrixView<T> weights) {
+    static_assert(K <= tile_k, "at most tile_k experts");
+    alignas(64) double logit[K * tile];  // the r-th chosen logit of row q at r * tile + q
+    alignas(64) T weight[K * tile];
+    for (index_t q0 = 0; q0 < rows; q0 += tile) {
+      const index_t in_tile = std::min<index_t>(tile, rows - q0);
+      for (int r = 0; r < K; ++r)
+        for (index_t q = 0; q < tile; ++q) {
+          const index_t i = q0 + std::min(q, in_tile - 1);  // a partial tile repeats its last row
+          logit[r * tile + q] = static_cast<double>(s[i * stride + experts(i, r)]);
+        }
+      cost_tiles::softmax_weights<T, K>(logit, weight);
+      for (index_t q = 0; q < in_tile; ++q)
+        for (int r = 0; r < K; ++r) weights(q0 + q, r) = weight[r * tile + q];
+    }
   }
 
   // Sets lanes [rows, tile) of every column of a tile by columns to value (nothing for a full tile).

@@ -313,8 +313,10 @@ class Sinkhorn {
         const MatrixView<T> weights(out.weights.row(i0), rows, spec.k, out.weights.stride);
         if (by_tiles && V::topk_tiles_weights(Weights::plan, q + grp * V::group * size, n, v, spec.k, rows, experts,
                                               weights, tiny)) {
-          if (spec.weights == Weights::scores)
-            for (index_t i = i0; i < i0 + rows; ++i) score_weights(i);  // over the plan weights the tiles wrote
+          if (spec.weights == Weights::scores && spec.select.score == Score::softmax)  // over the plan weights
+            V::softmax_score_weights(s.row(i0), s.stride, rows, spec.k, experts, weights);
+          else if (spec.weights == Weights::scores)
+            for (index_t i = i0; i < i0 + rows; ++i) score_weights(i);
         } else {
           for (index_t i = i0; i < i0 + rows; ++i) final_row(i);
         }
