@@ -462,11 +462,11 @@ struct Simd {
       for (int r = 0; r < K; ++r)
         for (index_t q = 0; q < tile; ++q) {
           const index_t i = q0 + std::min(q, in_tile - 1);  // a partial tile repeats its last row
-          logit[r * tile + q] = static_cast<double>(s[i * stride + experts(i, r)]);
+          logit[index_t{r} * tile + q] = static_cast<double>(s[i * stride + experts(i, r)]);
         }
       cost_tiles::softmax_weights<T, K>(logit, weight);
       for (index_t q = 0; q < in_tile; ++q)
-        for (int r = 0; r < K; ++r) weights(q0 + q, r) = weight[r * tile + q];
+        for (int r = 0; r < K; ++r) weights(q0 + q, r) = weight[index_t{r} * tile + q];
     }
   }
 
