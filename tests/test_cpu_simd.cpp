@@ -230,40 +230,29 @@ TEMPLATE_TEST_CASE("softmax score weights eight rows at a time are math::score_w
   alignas(64) double logit[8 * V::tile];
   for (auto& e : logit) e = 30 * normal(gen);
   alignas(64) TestType one[8 * V::tile], other[8 * V::tile];
-  [[maybe_unused]] const auto same = [&](const char* path, int k) {
-    INFO(path << " k " << k);
-    REQUIRE(std::memcmp(one, other, sizeof(TestType) * static_cast<std::size_t>(k * V::tile)) == 0);
-  };
-  cost_tiles::softmax_weights_in_lanes<TestType, 1, 2>(logit, one);
+  for (int k : {2, 8}) {
+    [[maybe_unused]] const auto same = [&](const char* path) {
+      INFO(path << " k " << k);
+      REQUIRE(std::memcmp(one, other, sizeof(TestType) * static_cast<std::size_t>(k * V::tile)) == 0);
+    };
+    cost_tiles::softmax_weights_in_lanes<TestType, 1>(logit, k, one);
 #if defined(SSR_VECTOR_EXTENSIONS)
-  cost_tiles::softmax_weights_in_lanes<TestType, 2, 2>(logit, other);
-  same("two lanes", 2);
+    cost_tiles::softmax_weights_in_lanes<TestType, 2>(logit, k, other);
+    same("two lanes");
 #endif
 #if defined(SSR_DISPATCH_AVX2)
-  if (ssr::cpu::lanes::has_avx2_fma()) {
-    cost_tiles::softmax_weights_avx2<TestType, 2>(logit, other);
-    same("the AVX2 path", 2);
-  }
+    if (ssr::cpu::lanes::has_avx2_fma()) {
+      cost_tiles::softmax_weights_avx2<TestType>(logit, k, other);
+      same("the AVX2 path");
+    }
 #endif
 #if defined(SSR_DISPATCH_AVX512)
-  if (ssr::cpu::lanes::has_avx512()) {
-    cost_tiles::softmax_weights_avx512<TestType, 2>(logit, other);
-    same("the AVX-512 path", 2);
-  }
+    if (ssr::cpu::lanes::has_avx512()) {
+      cost_tiles::softmax_weights_avx512<TestType>(logit, k, other);
+      same("the AVX-512 path");
+    }
 #endif
-  cost_tiles::softmax_weights_in_lanes<TestType, 1, 8>(logit, one);
-#if defined(SSR_DISPATCH_AVX2)
-  if (ssr::cpu::lanes::has_avx2_fma()) {
-    cost_tiles::softmax_weights_avx2<TestType, 8>(logit, other);
-    same("the AVX2 path", 8);
   }
-#endif
-#if defined(SSR_DISPATCH_AVX512)
-  if (ssr::cpu::lanes::has_avx512()) {
-    cost_tiles::softmax_weights_avx512<TestType, 8>(logit, other);
-    same("the AVX-512 path", 8);
-  }
-#endif
 }
 
 namespace {

@@ -154,31 +154,29 @@ SSR_LANES_INLINE void kernel_in_lanes(T* x, index_t n, index_t count, const Spec
   }
 }
 
-// Softmax score weights of `rows` rows (at most a tile), a row a lane, in vectors of L doubles:
-// math::score_weights for softmax scores (math::softmax_weights of the chosen experts' logits), from
-// logit[r * tile + q], the r-th chosen expert's logit of row q (rows past `rows` repeat the last), into
-// weight[r * tile + q]. The same operations in each lane as the definition on its row: top = max_r, e_r =
-// exp(v_r - top) (exp(0) is 1 exactly, as the definition takes it), sum in r's order, w_r = e_r / sum.
-template <class T, int L, int K>
-SSR_LANES_INLINE void softmax_weights_in_lanes(const double* logit, T* weight) {
+// Softmax score weights of a tile's rows, a row a lane, in vectors of L doubles: math::score_weights for
+// softmax scores (math::softmax_weights of the chosen experts' logits) of k <= tile experts, from
+// logit[r * tile + q], the r-th chosen expert's logit of row q, into weight[r * tile + q]. The same
+// operations in each lane as the definition on its row: top = max_r, e_r = exp(v_r - top) (exp(0) is 1
+// exactly, as the definition takes it), sum in r's order, w_r = e_r / sum. k at run time: one copy of the
+// loops, not one a k.
+template <class T, int L>
+SSR_LANES_INLINE void softmax_weights_in_lanes(const double* logit, int k, T* weight) {
   using D = typename Lanes<L>::Double;
   using U = typename Lanes<L>::Bits;
   constexpr index_t per = tile / L;
-  SSR_UNROLL
+  const int count = k < int{tile} ? k : int{tile};  // k <= tile: told to the compiler, which bounds v by it
   for (index_t h = 0; h < per; ++h) {
-    D v[K], top = D{} - std::numeric_limits<double>::infinity(), sum = D{};
-    SSR_UNROLL
-    for (int r = 0; r < K; ++r) {
+    D v[tile], top = D{} - std::numeric_limits<double>::infinity(), sum = D{};
+    for (int r = 0; r < count; ++r) {
       std::memcpy(&v[r], logit + r * tile + h * L, sizeof(D));
       top = top < v[r] ? v[r] : top;  // std::max(top, v)
     }
-    SSR_UNROLL
-    for (int r = 0; r < K; ++r) {
+    for (int r = 0; r < count; ++r) {
       math::exp_of<D, U>(v[r] - top, v[r], FusedLanes<L>{});
       sum += v[r];
     }
-    SSR_UNROLL
-    for (int r = 0; r < K; ++r) {
+    for (int r = 0; r < count; ++r) {
       const D w = v[r] / sum;
       double d[L];
       std::memcpy(d, &w, sizeof d);
@@ -188,28 +186,28 @@ SSR_LANES_INLINE void softmax_weights_in_lanes(const double* logit, T* weight) {
 }
 
 #if defined(SSR_DISPATCH_AVX2)
-template <class T, int K>
-SSR_TARGET_AVX2_FMA void softmax_weights_avx2(const double* logit, T* weight) {
-  softmax_weights_in_lanes<T, 4, K>(logit, weight);
+template <class T>
+SSR_TARGET_AVX2_FMA void softmax_weights_avx2(const double* logit, int k, T* weight) {
+  softmax_weights_in_lanes<T, 4>(logit, k, weight);
 }
 #endif
 #if defined(SSR_DISPATCH_AVX512)
-template <class T, int K>
-SSR_TARGET_AVX512_FMA void softmax_weights_avx512(const double* logit, T* weight) {
-  softmax_weights_in_lanes<T, 8, K>(logit, weight);
+template <class T>
+SSR_TARGET_AVX512_FMA void softmax_weights_avx512(const double* logit, int k, T* weight) {
+  softmax_weights_in_lanes<T, 8>(logit, k, weight);
 }
 #endif
 
 // softmax_weights_in_lanes on the widest path this processor runs.
-template <class T, int K>
-inline void softmax_weights(const double* logit, T* weight) {
+template <class T>
+inline void softmax_weights(const double* logit, int k, T* weight) {
 #if defined(SSR_DISPATCH_AVX512)
-  if (lanes::has_avx512()) return softmax_weights_avx512<T, K>(logit, weight);
+  if (lanes::has_avx512()) return softmax_weights_avx512<T>(logit, k, weight);
 #endif
 #if defined(SSR_DISPATCH_AVX2)
-  if (lanes::has_avx2_fma()) return softmax_weights_avx2<T, K>(logit, weight);
+  if (lanes::has_avx2_fma()) return softmax_weights_avx2<T>(logit, k, weight);
 #endif
-  softmax_weights_in_lanes<T, widest, K>(logit, weight);
+  softmax_weights_in_lanes<T, widest>(logit, k, weight);
 }
 
 #if defined(SSR_DISPATCH_AVX2)

@@ -432,41 +432,19 @@ struct Simd {
   // definition's bits. k in [1, tile_k].
   static void softmax_score_weights(const T* s, index_t stride, index_t rows, int k,
                                     MatrixView<const std::int32_t> experts, MatrixView<T> weights) {
-    switch (k) {
-      case 1:
-        return softmax_score_weights_k<1>(s, stride, rows, experts, weights);
-      case 2:
-        return softmax_score_weights_k<2>(s, stride, rows, experts, weights);
-      case 3:
-        return softmax_score_weights_k<3>(s, stride, rows, experts, weights);
-      case 4:
-        return softmax_score_weights_k<4>(s, stride, rows, experts, weights);
-      case 5:
-        return softmax_score_weights_k<5>(s, stride, rows, experts, weights);
-      case 6:
-        return softmax_score_weights_k<6>(s, stride, rows, experts, weights);
-      case 7:
-        return softmax_score_weights_k<7>(s, stride, rows, experts, weights);
-      default:
-        return softmax_score_weights_k<8>(s, stride, rows, experts, weights);
-    }
-  }
-  template <int K>
-  static void softmax_score_weights_k(const T* s, index_t stride, index_t rows, MatrixView<const std::int32_t> experts,
-                                      MatrixView<T> weights) {
-    static_assert(K <= tile_k, "at most tile_k experts");
-    alignas(64) double logit[K * tile];  // the r-th chosen logit of row q at r * tile + q
-    alignas(64) T weight[K * tile];
+    static_assert(tile_k <= cost_tiles::tile, "a lane's list fits softmax_weights' vectors");
+    alignas(64) double logit[tile_k * tile];  // the r-th chosen logit of row q at r * tile + q
+    alignas(64) T weight[tile_k * tile];
     for (index_t q0 = 0; q0 < rows; q0 += tile) {
       const index_t in_tile = std::min<index_t>(tile, rows - q0);
-      for (int r = 0; r < K; ++r)
+      for (int r = 0; r < k; ++r)
         for (index_t q = 0; q < tile; ++q) {
           const index_t i = q0 + std::min(q, in_tile - 1);  // a partial tile repeats its last row
           logit[index_t{r} * tile + q] = static_cast<double>(s[i * stride + experts(i, r)]);
         }
-      cost_tiles::softmax_weights<T, K>(logit, weight);
+      cost_tiles::softmax_weights<T>(logit, k, weight);
       for (index_t q = 0; q < in_tile; ++q)
-        for (int r = 0; r < K; ++r) weights(q0 + q, r) = weight[index_t{r} * tile + q];
+        for (int r = 0; r < k; ++r) weights(q0 + q, r) = weight[index_t{r} * tile + q];
     }
   }
 
