@@ -8,7 +8,9 @@ using ssr::Cost;
 using ssr::index_t;
 
 TEMPLATE_TEST_CASE("1, 2 and 3 threads give identical bits", "[determinism]", float, double) {
-  // Large enough that every path takes a team (CpuTuning), with a last, partial tile of rows.
+  // Large enough that every path takes a team (CpuTuning), with a last, partial tile of rows. At n = 100 one
+  // thread walks the Sinkhorn passes forward only, two or three walk their shares forward and backward in
+  // turn (CpuTuning::alternate_max_bytes), and at n = 8 and 16 all do.
   const index_t m = 20011, n = GENERATE(8, 16, 100);
   const auto s = test::random_logits<TestType>(m, n, 2.0, 77, 3.0);
   const auto ssr_policy = ssr::make_ssr(2, Cost::softmax, 1.0, {0.1, 1e-6, 60}, 0.2, 1.0);

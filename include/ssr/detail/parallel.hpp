@@ -10,6 +10,9 @@
 #define SSR_OMP(directive)
 #endif
 
+#include <algorithm>
+#include <utility>
+
 #include "ssr/view.hpp"
 
 namespace ssr {
@@ -29,6 +32,23 @@ inline int thread_id() {
 #else
   return 0;
 #endif
+}
+
+inline int team_size() {
+#ifdef _OPENMP
+  return omp_get_num_threads();
+#else
+  return 1;
+#endif
+}
+
+// The calling thread's share [begin, end) of [0, count), as schedule(static) splits it: contiguous ranges,
+// the first count % team_size() threads one longer. For loops that walk their share in either direction.
+inline std::pair<index_t, index_t> own_range(index_t count) {
+  const index_t threads = team_size(), tid = thread_id();
+  const index_t base = count / threads, extra = count % threads;
+  const index_t begin = tid * base + std::min(tid, extra);
+  return {begin, begin + base + (tid < extra ? 1 : 0)};
 }
 
 // Runs body() on a team of `threads` threads, or on the calling thread alone when threads is 1: OpenMP

@@ -139,20 +139,39 @@ class Sinkhorn {
         return std::pair<index_t, index_t>(blk * tiles_per_block, std::min(tiles, (blk + 1) * tiles_per_block));
       };
       const auto rows_of = [&](index_t tl) { return tl == tiles - 1 ? last_rows : tile; };
-      // One pass over the tiles of block blk, into the block's column sums; where prefetch, the pass reads the
-      // next block ahead (where it has as many tiles: not the setup's, which has not written it yet).
-      const auto pass = [&](index_t blk, bool prefetch) {
+      // One pass over the tiles of block blk, into the block's column sums; the pass reads block `ahead` (the
+      // one after it, where not -1 and as long) meanwhile.
+      const auto pass = [&](index_t blk, index_t ahead) {
         const auto [t0, t1] = block_tiles(blk);
-        const T* next = prefetch && t1 + (t1 - t0) <= tiles ? q + t1 * size : nullptr;
+        const T* next = nullptr;
+        if (ahead >= 0) {
+          const auto [a0, a1] = block_tiles(ahead);
+          if (a1 - a0 >= t1 - t0) next = q + a0 * size;
+        }
         V::pass_tiles(q + t0 * size, v, b.vt, n, t1 - t0, row_sum + t0 * tile, partial + blk * n, next);
+      };
+      // Each thread takes the same blocks in every pass; where its share is small enough
+      // (CpuTuning::alternate_max_bytes) it walks them forward and backward in turn, so that a pass starts on
+      // the blocks the one before it read last, still in the core's caches. The order of the blocks changes
+      // no bits (each has its own column sums, added in block order). `backward` is the next walk's
+      // direction; the setup walks forward.
+      const std::pair<index_t, index_t> own = detail::own_range(blocks);
+      const bool alternate =
+          (own.second - own.first) * tiles_per_block * size * index_t{sizeof(T)} <= CpuTuning::alternate_max_bytes;
+      bool backward = alternate;
+      const auto pass_own = [&] {
+        for (index_t i = 0; i < own.second - own.first; ++i) {
+          const index_t blk = backward ? own.second - 1 - i : own.first + i, ahead = backward ? blk - 1 : blk + 1;
+          pass(blk, ahead >= own.first && ahead < own.second ? ahead : -1);
+        }
+        backward = alternate && !backward;
       };
 
       // K = cost / xi in tiles, padding rows -inf; Q = exp(K) (h = 0, c = 0); and with it the first pass.
       // The float kernel goes into Q's place (k), other kernels are kept; without noise eight rows at a time
       // (float_kernel_tiles, kernel_tiles), with it row by row.
       bool finite = true;
-      SSR_OMP(for schedule(static) nowait)
-      for (index_t blk = 0; blk < blocks; ++blk) {
+      for (index_t blk = own.first; blk < own.second; ++blk) {
         const auto [t0, t1] = block_tiles(blk);
         T* k = (float_form ? q : logk) + t0 * size;
         if (float_form) {
@@ -181,7 +200,7 @@ class Sinkhorn {
         V::exp_row(k, q + t0 * size, (t1 - t0) * size);
         if (t1 == tiles) V::fill_lanes(q + (tiles - 1) * size, n, last_rows, T(0));
         std::fill(row_top + t0 * tile, row_top + t1 * tile, T(0));
-        pass(blk, false);
+        pass(blk, -1);  // the next block is not written yet
       }
       if (check && !finite) {
         SSR_OMP(atomic write)
@@ -251,8 +270,8 @@ class Sinkhorn {
             At<Column>(row_top + tl * tile) = top;
           }
         }
-        SSR_OMP(for schedule(static))
-        for (index_t blk = 0; blk < blocks; ++blk) pass(blk, true);
+        pass_own();
+        SSR_OMP(barrier)
       }
 
       // The plan of the last pass, t / r, from Q and v without exp: its top-k, weights and, when asked,
@@ -302,8 +321,9 @@ class Sinkhorn {
       // tiny); the groups it cannot take go row by row through final_row.
       const bool by_tiles = spec.k <= V::tile_k && out.plan.empty();
       const index_t groups = (tiles + V::group - 1) / V::group;
-      SSR_OMP(for schedule(static))
-      for (index_t grp = 0; grp < groups; ++grp) {
+      const std::pair<index_t, index_t> own_groups = detail::own_range(groups);  // walked as the next pass would
+      for (index_t step = 0; step < own_groups.second - own_groups.first; ++step) {
+        const index_t grp = backward ? own_groups.second - 1 - step : own_groups.first + step;
         const index_t i0 = grp * V::group_rows, rows = std::min(V::group_rows, m - i0);
         if (!spec.noisy() && !out.noise.empty())  // no noise: zeros
           for (index_t i = i0; i < i0 + rows; ++i)

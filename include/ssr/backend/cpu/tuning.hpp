@@ -26,6 +26,11 @@ struct CpuTuning {
   static constexpr index_t parallel_min_elements = 65536;
   static constexpr index_t sinkhorn_parallel_min_elements = 131072;
   static constexpr index_t check_parallel_min_elements = index_t{1} << 20;
+  // The Sinkhorn passes walk a thread's blocks forward and backward in turn where its share of Q is at most
+  // this many bytes (a few times a core's L2), so that a pass starts on what the last one read last, still
+  // in the caches: 1.2x faster an iteration at 24576 x 16 floats on a core with a 1 MiB L2. Beyond, from
+  // memory, walking backward loses the hardware prefetchers (0.9x at 10^6 x 16), and each pass walks forward.
+  static constexpr index_t alternate_max_bytes = index_t{4} << 20;
 
   static constexpr index_t padded(index_t n) { return (n + pad - 1) / pad * pad; }
   // Whole tiles of min_rows rows (the CPU Sinkhorn keeps its matrices in tiles of 8 rows).
