@@ -5,9 +5,11 @@
 // in the same order of operations), except that the CPU backend takes the exp of plain softmax top-k's
 // weights (k <= 8) for a tile of rows at once with its vector exp (cpu/simd.hpp, within 3 units in the
 // last place of T). On the host (Thrust's OMP system) the experts, noise and load are identical bits. On
-// the GPU, exp, log, sin and cos come from CUDA's libdevice, whose results may differ from the host's
-// libm in the last bit of a double: the experts and load are identical (no near-ties in these logits),
-// the noise agrees within 4 units in the last place. The weights agree within 4 units in the last place
+// the GPU, elementary functions the definitions take from the platform (sigmoid's exp, log-domain sums)
+// come from CUDA's libdevice, whose results may differ from the host's libm in the last bit of a double:
+// the experts and load are identical (no near-ties in these logits). The noise is math::normal_pair's on
+// every backend (the same formula's bits by construction); the test still allows it 4 units in the last
+// place, as it has not run on a GPU since. The weights agree within 4 units in the last place
 // on every backend (4.8e-7 absolute for float values up to 1, 9e-16 for double). For Sinkhorn the costs and noise are
 // those same values, but the CPU and the CUDA backend's fused solve iterate in scaled form in T (the CPU with a
 // vectorised exp) while the Thrust algorithms iterate in the log domain in double, each adding the column

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "ssr/detail/hd.hpp"
+#include "ssr/math/normal_pair.hpp"
 
 namespace ssr {
 namespace random {
@@ -40,17 +41,14 @@ SSR_HD inline double coin(std::uint32_t seed, std::uint32_t layer, std::uint64_t
   return uniform53(r[0], r[1]);
 }
 
-// The four standard normals of block `block` of the stream (seed, layer, step): two Box-Muller pairs in double.
+// The four standard normals of block `block` of the stream (seed, layer, step): two Box-Muller pairs in double
+// (math::normal_pair: the same bits on every backend).
 // Element e of the stream is lane e % 4 of block e / 4.
 SSR_HD inline void normals4(std::uint32_t seed, std::uint32_t layer, std::uint64_t step, std::uint64_t block,
                             double out[4]) {
   const auto r = draw(seed, layer, block, step);
-  for (std::size_t pair = 0; pair < 2; ++pair) {
-    const double radius = std::sqrt(-2.0 * std::log(uniform_open(r[2 * pair])));
-    const double angle = 6.283185307179586476925 * uniform_open(r[2 * pair + 1]);
-    out[2 * pair] = radius * std::cos(angle);
-    out[2 * pair + 1] = radius * std::sin(angle);
-  }
+  for (std::size_t pair = 0; pair < 2; ++pair)
+    math::normal_pair(uniform_open(r[2 * pair]), uniform_open(r[2 * pair + 1]), out[2 * pair], out[2 * pair + 1]);
 }
 
 SSR_HD inline double normal(std::uint32_t seed, std::uint32_t layer, std::uint64_t step, std::uint64_t element) {

@@ -1,0 +1,163 @@
+// The two standard normals of a Box-Muller pair, radius sqrt(-2 log u1) at the angle 2 pi u2, with log,
+// sin and cos written once in double for every backend and every vector width (as math::exp is), so that
+// the cost noise has the same bits on the CPU, with Thrust and with CUDA, and the CPU can draw it in vectors.
+//
+// log(x), x a positive normal double: x = 2^k z with z in [sqrt(2)/2, sqrt(2)) from the bits, f = z - 1
+// (exact), s = f / (2 + f), log(1 + f) = 2 atanh(s) = f - (f^2 / 2 - s (f^2 / 2 + R(s^2))) with R the
+// polynomial of degree 7 in s^2 of the classic fdlibm log (its coefficients), and k ln2 added as a
+// product exact in its first part (ln2 to 32 bits) plus a remainder.
+// cos(2 pi u), sin(2 pi u), u in [0, 1]: q = round(4u), r = u - q / 4 in [-1/8, 1/8] (both exact), sin(2 pi r)
+// and cos(2 pi r) by Taylor's polynomials in r of degrees 17 and 18 (truncation below 1e-19), 2 pi as the
+// nearest double plus its remainder and r^2's rounding error carried into cos, then rotated by q quarter
+// turns (a swap and signs, in the bits).
+// Every step is a fused multiply-add (std::fma, rounded once on every host and device), a product, a
+// quotient, a square root, a sum with an operand that is not a product, or bit operations: no compiler fuses
+// anything more, and every width gives the same bits. tests/test_math_normal_pair.cpp measures each against
+// long double.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "ssr/detail/hd.hpp"
+#include "ssr/math/exp.hpp"
+
+#if defined(__GNUC__) && !defined(__CUDACC__)
+#define SSR_NORMAL_PAIR_INLINE __attribute__((always_inline)) inline
+#else
+#define SSR_NORMAL_PAIR_INLINE inline
+#endif
+
+namespace ssr {
+namespace math {
+
+// out = log(in) for D a double or a vector of doubles, U the unsigned 64-bit integers of its shape, fma as in
+// exp_of; for positive normal finite doubles (the uniforms of the noise, in (0, 1)).
+template <class D, class U, class Fma>
+SSR_HD SSR_NORMAL_PAIR_INLINE void log_of(const D& in, D& out, const Fma& fma) {
+  U bits;
+  std::memcpy(&bits, &in, sizeof bits);
+  // tmp's top 12 bits are k (mod 4096) where z = x / 2^k lies in [sqrt(2)/2, sqrt(2)) (0x3fe6a09e667f3bcd:
+  // sqrt(2)/2's bits); k + 2048 (in [973, 3072]) put in the low bits of 2^52 gives k as a double.
+  const U tmp = bits - (U{} + 0x3fe6a09e667f3bcdull);
+  const U z_bits = bits - (tmp & (U{} + 0xfff0000000000000ull));
+  const U k_bits = (((tmp >> 52) + 2048) & (U{} + 0xfffull)) | (U{} + 0x4330000000000000ull);
+  D z, k_shifted;
+  std::memcpy(&z, &z_bits, sizeof z);
+  std::memcpy(&k_shifted, &k_bits, sizeof k_shifted);
+  const D k = k_shifted - (D{} + 4503599627372544.0);  // 2^52 + 2048
+  const D f = z - 1.0;
+  const D s = f / (f + 2.0);
+  const D s2 = s * s;
+  D p = D{} + 1.479819860511658591e-01;
+  fma(p, p, s2, D{} + 1.531383769920937332e-01);
+  fma(p, p, s2, D{} + 1.818357216161805012e-01);
+  fma(p, p, s2, D{} + 2.222219843214978396e-01);
+  fma(p, p, s2, D{} + 2.857142874366239149e-01);
+  fma(p, p, s2, D{} + 3.999999999940941908e-01);
+  fma(p, p, s2, D{} + 6.666666666666735130e-01);
+  const D half_f = f * 0.5;   // exact
+  const D hfsq = half_f * f;  // f^2 / 2
+  D t, u, v;
+  fma(t, p, s2, hfsq);                            // f^2 / 2 + R
+  const D k_lo = k * 1.90821492927058770002e-10;  // k ln2's remainder
+  fma(u, s, t, k_lo);
+  fma(v, half_f, f, -u);  // f^2 / 2 - u
+  const D w = v - f;
+  fma(out, k, D{} + 6.93147180369123816490e-01, -w);  // k ln2's first part (an exact product) - w
+}
+
+// cos(2 pi u) and sin(2 pi u) for D a double or a vector of doubles, U as in log_of; for u in [0, 1].
+template <class D, class U, class Fma>
+SSR_HD SSR_NORMAL_PAIR_INLINE void cos_sin_turn_of(const D& u, D& cos_out, D& sin_out, const Fma& fma) {
+  // q = round(4u) by the 1.5 * 2^52 shift (its last bits are q); r = u - q / 4, exact.
+  const D magic = D{} + 6755399441055744.0;
+  D shifted, r;
+  fma(shifted, u, D{} + 4.0, magic);
+  const D q = shifted - magic;
+  fma(r, q, D{} - 0.25, u);
+  const D z = r * r;
+  D ps = D{} + 0.10422916220813984;  // sin(2 pi r) / r - 2 pi: Horner's steps from r^16 down to r^2
+  fma(ps, ps, z, D{} - 0.7181223017785006);
+  fma(ps, ps, z, D{} + 3.819952584848282);
+  fma(ps, ps, z, D{} - 15.09464257682299);
+  fma(ps, ps, z, D{} + 42.058693944897655);
+  fma(ps, ps, z, D{} - 76.70585975306139);
+  fma(ps, ps, z, D{} + 81.60524927607506);
+  fma(ps, ps, z, D{} - 41.34170224039976);
+  fma(ps, ps, z, D{} + 2.4492935982947064e-16);  // 2 pi's remainder
+  const D r_tail = r * ps;
+  D sin_r, cos_r;
+  fma(sin_r, r, D{} + 6.283185307179586, r_tail);
+  D pc = D{} - 0.03638284114254567;  // (cos(2 pi r) - 1 + 2 pi^2 r^2) / r^4: from r^14 down to r^0
+  fma(pc, pc, z, D{} + 0.28200596845579123);
+  fma(pc, pc, z, D{} - 1.714390711088672);
+  fma(pc, pc, z, D{} + 7.903536371318469);
+  fma(pc, pc, z, D{} - 26.4262567833744);
+  fma(pc, pc, z, D{} + 60.24464137187666);
+  fma(pc, pc, z, D{} - 85.45681720669373);
+  fma(pc, pc, z, D{} + 64.9393940226683);
+  // cos = 1 - 2 pi^2 r^2 + r^4 pc: w = 1 - 2 pi^2 z rounded once, and what w, z (r^2 = z + z_err) and
+  // -2 pi^2 (the nearest double c2 plus c2_lo) left out, added to it last.
+  const D c2 = D{} - 19.739208802178716;
+  D z_err, w, w_err, small, tail;
+  fma(z_err, r, r, -z);
+  fma(w, c2, z, D{} + 1.0);
+  const D one_minus_w = 1.0 - w;  // exact: w in [0.69, 1]
+  fma(w_err, c2, z, one_minus_w);
+  fma(small, pc, z, D{} - 1.2530591017479423e-15);  // c2_lo + z pc
+  fma(tail, small, z, w_err);
+  fma(tail, c2, z_err, tail);
+  cos_r = w + tail;
+  // Quarter turn q: (cos, sin) becomes (-sin, cos); odd q swaps them, q & 2 negates sin, (q + 1) & 2 cos.
+  U q_bits, c_bits, s_bits;
+  std::memcpy(&q_bits, &shifted, sizeof q_bits);
+  std::memcpy(&c_bits, &cos_r, sizeof c_bits);
+  std::memcpy(&s_bits, &sin_r, sizeof s_bits);
+  const U swap = U{} - (q_bits & 1u);  // all ones where q is odd
+  const U cos_bits = ((c_bits & ~swap) | (s_bits & swap)) ^ (((q_bits + 1u) & 2u) << 62);
+  const U sin_bits = ((s_bits & ~swap) | (c_bits & swap)) ^ ((q_bits & 2u) << 62);
+  std::memcpy(&cos_out, &cos_bits, sizeof cos_out);
+  std::memcpy(&sin_out, &sin_bits, sizeof sin_out);
+}
+
+// The pair sqrt(-2 log u1) (cos 2 pi u2, sin 2 pi u2), u1 in (0, 1], u2 in [0, 1]; sqrt(y, x) sets
+// y = sqrt(x), correctly rounded.
+template <class D, class U, class Fma, class Sqrt>
+SSR_HD SSR_NORMAL_PAIR_INLINE void normal_pair_of(const D& u1, const D& u2, D& first, D& second, const Fma& fma,
+                                                  const Sqrt& sqrt) {
+  D log_u, radius, c, s;
+  log_of<D, U>(u1, log_u, fma);
+  sqrt(radius, log_u * -2.0);
+  cos_sin_turn_of<D, U>(u2, c, s, fma);
+  first = radius * c;
+  second = radius * s;
+}
+
+// y = sqrt(x) for plain doubles.
+struct SqrtDouble {
+  SSR_HD void operator()(double& y, double x) const { y = std::sqrt(x); }
+};
+
+#if defined(__GNUC__) && !defined(__CUDACC__) && defined(__x86_64__) && !defined(__FMA__)
+// As for exp (exp.hpp): a baseline x86-64 build takes a copy compiled for FMA where the processor has it.
+#define SSR_NORMAL_PAIR_DISPATCH_FMA 1
+__attribute__((target("fma"))) inline void normal_pair_fma(double u1, double u2, double& first, double& second) {
+  normal_pair_of<double, std::uint64_t>(u1, u2, first, second, FusedDouble{}, SqrtDouble{});
+}
+#endif
+
+// The Box-Muller pair of (u1, u2) (see the top of this file).
+SSR_HD inline void normal_pair(double u1, double u2, double& first, double& second) {
+#if defined(SSR_NORMAL_PAIR_DISPATCH_FMA)
+  if (has_fma()) return normal_pair_fma(u1, u2, first, second);
+#endif
+  normal_pair_of<double, std::uint64_t>(u1, u2, first, second, FusedDouble{}, SqrtDouble{});
+}
+
+}  // namespace math
+}  // namespace ssr
+
+#undef SSR_NORMAL_PAIR_INLINE
+#undef SSR_NORMAL_PAIR_DISPATCH_FMA
