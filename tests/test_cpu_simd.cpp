@@ -1,6 +1,7 @@
 // The CPU backend's vector forms against the scalar definitions they mirror (ssr/backend/cpu/simd.hpp).
 #include <catch2/catch.hpp>
 
+#include <ssr/backend/cpu/noise.hpp>
 #include <ssr/backend/cpu/simd.hpp>
 #include <ssr/detail/aligned.hpp>
 #include <ssr/math/cost.hpp>
@@ -16,6 +17,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <tuple>
 #include <vector>
 
 using ssr::index_t;
@@ -186,6 +188,54 @@ TEMPLATE_TEST_CASE("the double kernel of tiles is the kernel row of each of thei
                    [&](TestType* t) { cost_tiles::kernel_avx512(t, n, tiles, kernel, scratch.data); });
 #endif
           }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("rows of noise drawn blocks at a time are math::noise_row's, bit for bit, on every path", "[simd]") {
+  namespace noise = ssr::cpu::noise;
+  ssr::RouteSpec spec;
+  spec.noise_alpha = 0.7;
+  spec.noise_sigma = 1.3;
+  for (const auto& [seed, layer, step, first_row] :
+       {std::tuple<std::uint32_t, std::uint32_t, std::uint64_t, std::uint64_t>{1, 0, 0, 0},
+        {0xffffffffu, 7, 123456789012345ull, 3},
+        {42, 0xfffffffeu, 0xffffffffull, (1ull << 40) + 1}}) {
+    spec.seed = seed;
+    spec.layer = layer;
+    spec.step = step;
+    spec.first_row = first_row;
+    for (const index_t n : {1, 2, 3, 5, 8, 16, 17, 33, 100}) {
+      for (const index_t rows : {1, 3, 8}) {
+        const index_t stride = n + 3;  // rows apart by more than n: the gaps stay as they were
+        std::vector<double> want(static_cast<std::size_t>(rows * stride), -1.0), got(want.size());
+        for (index_t row0 = 0; row0 < 13; row0 += 4) {
+          for (index_t r = 0; r < rows; ++r) ssr::math::noise_row(spec, row0 + r, n, want.data() + r * stride);
+          INFO("seed " << seed << " step " << step << " first row " << first_row << " n " << n << " rows " << rows
+                       << " from " << row0);
+          const auto same = [&](const char* path, auto run) {
+            std::fill(got.begin(), got.end(), -1.0);
+            run();
+            INFO(path);
+            REQUIRE(std::memcmp(got.data(), want.data(), sizeof(double) * want.size()) == 0);
+          };
+          same("this processor's", [&] { noise::rows(spec, row0, rows, n, got.data(), stride); });
+          same("one lane",
+               [&] { noise::rows_in_lanes<1>(spec, row0, rows, n, got.data(), stride, noise::SqrtLanes<1>{}); });
+#if defined(SSR_VECTOR_EXTENSIONS)
+          same("two lanes",
+               [&] { noise::rows_in_lanes<2>(spec, row0, rows, n, got.data(), stride, noise::SqrtLanes<2>{}); });
+#endif
+#if defined(SSR_DISPATCH_AVX2)
+          if (ssr::cpu::lanes::has_avx2_fma())
+            same("the AVX2 path", [&] { noise::rows_avx2(spec, row0, rows, n, got.data(), stride); });
+#endif
+#if defined(SSR_DISPATCH_AVX512)
+          if (ssr::cpu::lanes::has_avx512())
+            same("the AVX-512 path", [&] { noise::rows_avx512(spec, row0, rows, n, got.data(), stride); });
+#endif
         }
       }
     }

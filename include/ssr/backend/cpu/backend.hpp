@@ -10,6 +10,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "ssr/backend/cpu/noise.hpp"
 #include "ssr/backend/cpu/simd.hpp"
 #include "ssr/backend/cpu/sinkhorn.hpp"
 #include "ssr/backend/cpu/tuning.hpp"
@@ -156,7 +157,7 @@ class CpuBackend {
 
  private:
   struct Layout {
-    double* xbuf;  // softmax path: cost and noise rows per thread
+    double* xbuf;  // softmax path: a cost row and a tile's noise rows per thread
     T* rows;       // softmax path: a tile of rows by columns per thread
     typename cpu::Sinkhorn<T>::Buffers sinkhorn;
     std::int32_t* counts;  // count_load's counters
@@ -171,7 +172,7 @@ class CpuBackend {
     if (spec.path == Path::sinkhorn) {
       l.sinkhorn = cpu::Sinkhorn<T>::layout(c, m, n, nt);
     } else {
-      l.xbuf = c.take<double>(static_cast<std::size_t>(2 * n * nt));
+      l.xbuf = c.take<double>(static_cast<std::size_t>((1 + cpu::Simd<T>::tile) * n * nt));
       l.rows = c.take<T>(static_cast<std::size_t>(cpu::Simd<T>::group_rows * CpuTuning::padded(n) * nt));
     }
     l.counts = c.take<std::int32_t>(static_cast<std::size_t>(load_copies * n));
@@ -193,14 +194,13 @@ class CpuBackend {
     const index_t m = s.rows, n = s.cols;
     using V = cpu::Simd<T>;
     const int k = spec.k;
-    const auto route_row = [&](index_t i) {
-      double* x = buffers.xbuf + 2 * n * detail::thread_id();
-      double* z = x + n;
+    // Row i; z: its noise where the call draws any; weights: whether to take its weights here.
+    const auto route_row = [&](index_t i, const double* z, bool weights) {
+      double* x = buffers.xbuf + (1 + V::tile) * n * detail::thread_id();
       const T* row = s.row(i);
       std::int32_t* idx = out.experts.row(i);
       const auto logit = [row](index_t j) { return static_cast<double>(row[j]); };
       if (spec.noisy()) {
-        math::noise_row(spec, i, n, z);
         math::cost_row<T>(n, spec.cost, logit, z, x);
         math::topk(n, k, idx, [x](index_t j) { return x[j]; });
       } else if (spec.plain_selection()) {
@@ -212,15 +212,33 @@ class CpuBackend {
         math::select_topk(n, k, spec.select, idx, [x](index_t j) { return x[j]; });
       }
       T* w = out.weights.row(i);
-      math::score_weights(
-          spec.select.score, k, [row, idx](int r) { return row[idx[r]]; },
-          [w](int r, double value) { w[r] = static_cast<T>(value); });
+      if (weights)
+        math::score_weights(
+            spec.select.score, k, [row, idx](int r) { return row[idx[r]]; },
+            [w](int r, double value) { w[r] = static_cast<T>(value); });
       if (!out.noise.empty())
         math::noise_output(
             spec, n, [z](index_t j) { return z[j]; }, out.noise.row(i));
     };
-    if (spec.noisy() || !spec.plain_selection() || k > V::tile_k) {
-      detail::parallel_for(threads_for(m * n), m, route_row);
+    if (spec.noisy()) {
+      // A tile of rows at a time: their noise drawn at once (cpu::noise::rows), each row's cost and top-k,
+      // then softmax scores' weights of the tile's rows at once (Simd::softmax_score_weights, k <= tile_k).
+      const index_t tile = V::tile, tiles = (m + tile - 1) / tile;
+      const bool tile_weights = spec.select.score == Score::softmax && k <= V::tile_k;
+      detail::parallel_for(threads_for(m * n), tiles, [&](index_t tl) {
+        double* z = buffers.xbuf + (1 + tile) * n * detail::thread_id() + n;
+        const index_t i0 = tl * tile, rows = std::min(tile, m - i0);
+        cpu::noise::rows(spec, i0, rows, n, z, n);
+        for (index_t q = 0; q < rows; ++q) route_row(i0 + q, z + q * n, !tile_weights);
+        if (tile_weights)
+          V::softmax_score_weights(s.row(i0), s.stride, rows, k,
+                                   MatrixView<const std::int32_t>(out.experts.row(i0), rows, k, out.experts.stride),
+                                   MatrixView<T>(out.weights.row(i0), rows, k, out.weights.stride));
+      });
+      return;
+    }
+    if (!spec.plain_selection() || k > V::tile_k) {
+      detail::parallel_for(threads_for(m * n), m, [&](index_t i) { route_row(i, nullptr, true); });
       return;
     }
     // Plain softmax top-k, the common call: groups of tiles of rows copied by columns, routed together.
@@ -232,7 +250,7 @@ class CpuBackend {
       const MatrixView<std::int32_t> experts(out.experts.row(i0), rows, k, out.experts.stride);
       const MatrixView<T> weights(out.weights.row(i0), rows, k, out.weights.stride);
       if (!V::topk_tiles_weights(Weights::scores, x, n, nullptr, k, rows, experts, weights)) {
-        for (index_t q = 0; q < rows; ++q) route_row(i0 + q);
+        for (index_t q = 0; q < rows; ++q) route_row(i0 + q, nullptr, true);
         return;
       }
       if (!out.noise.empty())

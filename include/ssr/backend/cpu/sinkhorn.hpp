@@ -28,6 +28,7 @@
 #include <limits>
 #include <utility>
 
+#include "ssr/backend/cpu/noise.hpp"
 #include "ssr/backend/cpu/simd.hpp"
 #include "ssr/backend/cpu/tuning.hpp"
 #include "ssr/call.hpp"
@@ -84,7 +85,7 @@ class Sinkhorn {
     b.row_sum = c.take<T>(mt);
     b.g = c.take<double>(nz);
     b.colsum = c.take<double>(nz);
-    b.xbuf = c.take<double>(2 * npz * threads);
+    b.xbuf = c.take<double>((1 + static_cast<std::size_t>(V::tile)) * npz * threads);  // a row x, a tile's noise z
     b.cost_tile = c.take<double>(static_cast<std::size_t>(V::tile) * nz * threads);  // a tile per thread (kernel_tiles)
     b.limbs = c.take<std::int64_t>(static_cast<std::size_t>(math::exact_limbs * n));
     b.log_update = c.take<std::int32_t>(nz);
@@ -129,10 +130,10 @@ class Sinkhorn {
       T* e_buf = t_buf + np;
       T* s_buf = e_buf + np;
       T* by_columns = b.tiles + size * tid;
-      double* x = b.xbuf + index_t{2} * np * tid;
-      double* z = x + np;
+      double* x = b.xbuf + (1 + tile) * np * tid;
+      double* z = x + np;  // a tile's rows of noise, np apart
       double* cost_tile = b.cost_tile + size * tid;
-      std::fill(z + n, z + np, 0.0);  // noise padding
+      for (index_t r = 0; r < tile; ++r) std::fill(z + r * np + n, z + (r + 1) * np, 0.0);  // noise padding
 
       // Tiles [t0, t1) of block blk; the real rows of tile tl.
       const auto block_tiles = [&](index_t blk) {
@@ -180,17 +181,18 @@ class Sinkhorn {
                    finite;
         } else if (!spec.noisy()) {
           V::kernel_tiles(s.row(t0 * tile), s.stride, std::min(m, t1 * tile) - t0 * tile, n, spec, cost_tile, k);
-        } else {  // with noise: row by row, each row's noise drawn beside it
+        } else {  // with noise: row by row, a tile's noise drawn at once
           for (index_t tl = t0; tl < t1; ++tl) {
             const index_t i0 = tl * tile;
             T* ktile = logk + tl * size;
+            noise::rows(spec, i0, rows_of(tl), n, z, np);
             for (index_t r = 0; r < rows_of(tl); ++r) {
-              math::noise_row(spec, i0 + r, n, z);
-              V::kernel_row(s.row(i0 + r), n, np, spec, z, s_buf, x, t_buf);
+              const double* z_row = z + r * np;
+              V::kernel_row(s.row(i0 + r), n, np, spec, z_row, s_buf, x, t_buf);
               for (index_t j = 0; j < n; ++j) ktile[j * tile + r] = t_buf[j];
               if (!out.noise.empty())
                 math::noise_output(
-                    spec, n, [z](index_t j) { return z[j]; }, out.noise.row(i0 + r));
+                    spec, n, [z_row](index_t j) { return z_row[j]; }, out.noise.row(i0 + r));
             }
           }
         }

@@ -1,0 +1,164 @@
+// The CPU backend's cost noise of rows, several Philox blocks at a time: math::noise_row's values, bit for
+// bit, written once over GNU vectors (lanes.hpp) of L blocks, and with AVX2 and FMA or AVX-512 where a
+// baseline x86-64 build runs on a processor that has them.
+//
+// Each lane draws one block of four normals: Philox4x32-10 (Random123's rounds and constants, its 32-bit
+// words held in 64-bit lanes), the uniforms as random::uniform_open takes them, then the two Box-Muller
+// pairs of math::normal_pair_of, whose formula is written over lanes; each normal is multiplied by alpha *
+// sigma as math::noise_row does. The callers draw a tile of rows at once: a row alone (n / 4 blocks) would
+// fill half an AVX-512 vector at n = 16.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "ssr/backend/cpu/cost_tiles.hpp"
+#include "ssr/backend/cpu/lanes.hpp"
+#include "ssr/math/noise.hpp"
+#include "ssr/math/normal_pair.hpp"
+#include "ssr/spec.hpp"
+#include "ssr/view.hpp"
+
+#if defined(SSR_DISPATCH_AVX2) || defined(SSR_DISPATCH_AVX512)
+#include <immintrin.h>
+#endif
+
+namespace ssr {
+namespace cpu {
+namespace noise {
+inline namespace SSR_LANES_NAMESPACE {
+
+template <int L>
+using Lanes = cost_tiles::Lanes<L>;
+
+// y = sqrt(x) in each of L lanes (std::sqrt a lane: correctly rounded everywhere).
+template <int L>
+struct SqrtLanes {
+  using D = typename Lanes<L>::Double;
+  SSR_LANES_INLINE void operator()(D& y, const D& x) const {
+    double a[L];
+    std::memcpy(a, &x, sizeof a);
+    for (int l = 0; l < L; ++l) a[l] = std::sqrt(a[l]);
+    std::memcpy(&y, a, sizeof a);
+  }
+};
+// One vsqrtpd (std::sqrt's loop keeps its errno branch, a lane at a time). Functions of their own, which the
+// always-inlined formula calls (an intrinsic needs a caller compiled for its target); the compiler may inline
+// them once the formula sits in the path's function.
+#if defined(SSR_DISPATCH_AVX2)
+SSR_TARGET_AVX2_FMA inline void sqrt_avx2(Lanes<4>::Double& y, const Lanes<4>::Double& x) {
+  __m256d v;
+  std::memcpy(&v, &x, sizeof v);
+  v = _mm256_sqrt_pd(v);
+  std::memcpy(&y, &v, sizeof v);
+}
+struct SqrtAvx2 {
+  SSR_LANES_INLINE void operator()(Lanes<4>::Double& y, const Lanes<4>::Double& x) const { sqrt_avx2(y, x); }
+};
+#endif
+#if defined(SSR_DISPATCH_AVX512)
+SSR_TARGET_AVX512_FMA inline void sqrt_avx512(Lanes<8>::Double& y, const Lanes<8>::Double& x) {
+  __m512d v;
+  std::memcpy(&v, &x, sizeof v);
+  v = _mm512_mask_sqrt_pd(v, 0xff, v);  // every lane (_mm512_sqrt_pd reads an undefined vector: GCC 12 warns)
+  std::memcpy(&y, &v, sizeof v);
+}
+struct SqrtAvx512 {
+  SSR_LANES_INLINE void operator()(Lanes<8>::Double& y, const Lanes<8>::Double& x) const { sqrt_avx512(y, x); }
+};
+#endif
+
+// z[r * stride + j] = math::noise_value(spec, row0 + r, n, j) for r < rows and j < n (one run of the
+// stream: the rows' elements follow each other), L blocks of four at a time.
+template <int L, class Sqrt>
+SSR_LANES_INLINE void rows_in_lanes(const RouteSpec& spec, index_t row0, index_t rows, index_t n, double* z,
+                                    index_t stride, const Sqrt& sqrt) {
+  using D = typename Lanes<L>::Double;
+  using U = typename Lanes<L>::Bits;
+  const double scale = spec.noise_alpha * spec.noise_sigma;
+  const std::uint64_t e0 = math::element_index(spec, row0, n, 0),
+                      e1 = e0 + static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(n);
+  const std::uint64_t mask = 0xffffffffu;
+  std::uint64_t lanes_from_0[L];
+  for (int l = 0; l < L; ++l) lanes_from_0[l] = static_cast<std::uint64_t>(l);
+  U lane_of;
+  std::memcpy(&lane_of, lanes_from_0, sizeof lane_of);
+  index_t r = 0, j = 0;  // the row and column of the next element to write
+  for (std::uint64_t b0 = e0 >> 2; b0 * 4 < e1; b0 += L) {
+    // Philox4x32-10: counter (block, step), key (seed, layer), as random::draw.
+    const U block = lane_of + b0;
+    U c0 = block & mask, c1 = block >> 32, c2 = U{} + (spec.step & mask), c3 = U{} + (spec.step >> 32);
+    std::uint32_t k0 = spec.seed, k1 = spec.layer;
+    for (int round = 0; round < 10; ++round) {
+      if (round > 0) {  // the key's bump between rounds
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+      }
+      const U p0 = c0 * 0xD2511F53u, p1 = c2 * 0xCD9E8D57u;
+      const U next0 = (p1 >> 32) ^ c1 ^ k0, next2 = (p0 >> 32) ^ c3 ^ k1;
+      c1 = p1 & mask;
+      c3 = p0 & mask;
+      c0 = next0;
+      c2 = next2;
+    }
+    // random::uniform_open of each word: (w + 0.5) / 2^32, w as a double through 2^52's low bits.
+    D u[4];
+    const U words[4] = {c0, c1, c2, c3};
+    for (int w = 0; w < 4; ++w) {
+      const U bits = words[w] | 0x4330000000000000ull;
+      std::memcpy(&u[w], &bits, sizeof bits);
+      u[w] = ((u[w] - 4503599627370496.0) + 0.5) * (1.0 / 4294967296.0);
+    }
+    D normal[4];
+    math::normal_pair_of<D, U>(u[0], u[1], normal[0], normal[1], cost_tiles::FusedLanes<L>{}, sqrt);
+    math::normal_pair_of<D, U>(u[2], u[3], normal[2], normal[3], cost_tiles::FusedLanes<L>{}, sqrt);
+    double value[4][L];
+    std::memcpy(value, normal, sizeof value);
+    // Element e = 4 (b0 + l) + w of the stream is value[w][l]; the rows' take theirs, in order.
+    const std::uint64_t from = e0 > 4 * b0 ? e0 : 4 * b0, to = e1 < 4 * (b0 + L) ? e1 : 4 * (b0 + L);
+    for (std::uint64_t e = from; e < to; ++e) {
+      const std::uint64_t at = e - 4 * b0;
+      z[r * stride + j] = scale * value[at & 3u][at >> 2];
+      if (++j == n) {
+        j = 0;
+        ++r;
+      }
+    }
+  }
+}
+
+#if defined(SSR_DISPATCH_AVX2)
+SSR_TARGET_AVX2_FMA inline void rows_avx2(const RouteSpec& spec, index_t row0, index_t rows, index_t n, double* z,
+                                          index_t stride) {
+  rows_in_lanes<4>(spec, row0, rows, n, z, stride, SqrtAvx2{});
+}
+#endif
+#if defined(SSR_DISPATCH_AVX512)
+SSR_TARGET_AVX512_FMA inline void rows_avx512(const RouteSpec& spec, index_t row0, index_t rows, index_t n, double* z,
+                                              index_t stride) {
+  rows_in_lanes<8>(spec, row0, rows, n, z, stride, SqrtAvx512{});
+}
+#endif
+
+// The noise of `rows` rows from row0 (see rows_in_lanes) on the widest path this processor runs; a build with
+// FMA of its own takes its widest vectors (a square root a lane); without FMA, math::noise_row a row at a
+// time (a block of four at a time).
+inline void rows(const RouteSpec& spec, index_t row0, index_t rows, index_t n, double* z, index_t stride) {
+#if defined(SSR_DISPATCH_AVX512)
+  if (lanes::has_avx512()) return rows_avx512(spec, row0, rows, n, z, stride);
+#endif
+#if defined(SSR_DISPATCH_AVX2)
+  if (lanes::has_avx2_fma()) return rows_avx2(spec, row0, rows, n, z, stride);
+#endif
+#if defined(__FMA__) && defined(SSR_VECTOR_EXTENSIONS)
+  rows_in_lanes<cost_tiles::widest>(spec, row0, rows, n, z, stride, SqrtLanes<cost_tiles::widest>{});
+#else
+  for (index_t r = 0; r < rows; ++r) math::noise_row(spec, row0 + r, n, z + r * stride);
+#endif
+}
+
+}  // namespace SSR_LANES_NAMESPACE
+}  // namespace noise
+}  // namespace cpu
+}  // namespace ssr
