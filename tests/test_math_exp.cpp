@@ -9,18 +9,7 @@
 #include <random>
 
 #include "ssr/math/exp.hpp"
-
-namespace {
-
-// |a - exact| in units of the last place of the double nearest exact (the least subnormal below the
-// normals).
-double ulps(double a, long double exact) {
-  const double nearest = static_cast<double>(exact);
-  const double ulp = std::nextafter(std::fabs(nearest), std::numeric_limits<double>::infinity()) - std::fabs(nearest);
-  return static_cast<double>(std::fabs(static_cast<long double>(a) - exact) / ulp);
-}
-
-}  // namespace
+#include "ulps.hpp"
 
 TEST_CASE("math::exp is within 1 ulp of exp over double's range", "[exp]") {
   static_assert(std::numeric_limits<long double>::digits >= 64, "long double as the reference");
@@ -28,7 +17,7 @@ TEST_CASE("math::exp is within 1 ulp of exp over double's range", "[exp]") {
   double worst = 0;
   const auto check = [&](double x) {
     const double e = ssr::math::exp(x);
-    const double error = ulps(e, std::exp(static_cast<long double>(x)));
+    const double error = test::ulps(e, std::exp(static_cast<long double>(x)));
     worst = std::max(worst, error);
     INFO("x " << x << " exp " << e);
     REQUIRE(error <= 1.0);

@@ -12,18 +12,12 @@
 
 #include "ssr/math/normal_pair.hpp"
 #include "ssr/random.hpp"
+#include "ulps.hpp"
 
 namespace {
 
 using ssr::math::FusedDouble;
 using ssr::math::SqrtDouble;
-
-// |a - exact| in units of the last place of the double nearest exact.
-double ulps(double a, long double exact) {
-  const double nearest = static_cast<double>(exact);
-  const double ulp = std::nextafter(std::fabs(nearest), std::numeric_limits<double>::infinity()) - std::fabs(nearest);
-  return static_cast<double>(std::fabs(static_cast<long double>(a) - exact) / ulp);
-}
 
 double log_of(double x) {
   double y = 0;
@@ -65,7 +59,7 @@ TEST_CASE("math::log_of is within 1 ulp of log over the positive normal doubles"
   double worst = 0;
   const auto check = [&](double x) {
     const double y = log_of(x);
-    const double error = ulps(y, std::log(static_cast<long double>(x)));
+    const double error = test::ulps(y, std::log(static_cast<long double>(x)));
     worst = std::max(worst, error);
     INFO("x " << x << " log " << y);
     REQUIRE(error <= 1.0);
@@ -97,7 +91,7 @@ TEST_CASE("math::cos_sin_turn_of is within 1 ulp of cos and sin of 2 pi u on [0,
     long double ec = 0, es = 0;
     cos_sin_turn(u, c, s);
     exact_cos_sin_turn(u, ec, es);
-    const double error_cos = ulps(c, ec), error_sin = ulps(s, es);
+    const double error_cos = test::ulps(c, ec), error_sin = test::ulps(s, es);
     worst_cos = std::max(worst_cos, error_cos);
     worst_sin = std::max(worst_sin, error_sin);
     INFO("u " << u << " cos " << c << " sin " << s);
@@ -142,7 +136,7 @@ TEST_CASE("math::normal_pair gives its formula's bits whichever fused multiply-a
     long double ec = 0, es = 0;
     exact_cos_sin_turn(u2, ec, es);
     const long double radius = std::sqrt(-2.0L * std::log(static_cast<long double>(u1)));
-    REQUIRE(ulps(a, radius * ec) <= 3.0);
-    REQUIRE(ulps(b, radius * es) <= 3.0);
+    REQUIRE(test::ulps(a, radius * ec) <= 3.0);
+    REQUIRE(test::ulps(b, radius * es) <= 3.0);
   }
 }
