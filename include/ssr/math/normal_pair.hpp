@@ -7,9 +7,9 @@
 // polynomial of degree 7 in s^2 of the classic fdlibm log (its coefficients), and k ln2 added as a
 // product exact in its first part (ln2 to 32 bits) plus a remainder.
 // cos(2 pi u), sin(2 pi u), u in [0, 1]: q = round(4u), r = u - q / 4 in [-1/8, 1/8] (both exact), sin(2 pi r)
-// and cos(2 pi r) by Taylor's polynomials in r of degrees 17 and 18 (truncation below 1e-19), 2 pi as the
-// nearest double plus its remainder and r^2's rounding error carried into cos, then rotated by q quarter
-// turns (a swap and signs, in the bits).
+// and cos(2 pi r) by Taylor's polynomials in r of degrees 17 and 18 (truncation below 1e-19), 2 pi and
+// -2 pi^2 as their nearest doubles plus remainders, and r^2's rounding error carried into cos, then rotated
+// by q quarter turns (a swap and signs, in the bits).
 // Every step is a fused multiply-add (std::fma, rounded once on every host and device), a product, a
 // quotient, a square root, a sum with an operand that is not a product, or bit operations: no compiler fuses
 // anything more, and every width gives the same bits. tests/test_math_normal_pair.cpp measures each against
@@ -78,7 +78,9 @@ SSR_HD SSR_NORMAL_PAIR_INLINE void cos_sin_turn_of(const D& u, D& cos_out, D& si
   const D q = shifted - magic;
   fma(r, q, D{} - 0.25, u);
   const D z = r * r;
-  D ps = D{} + 0.10422916220813984;  // sin(2 pi r) / r - 2 pi: Horner's steps from r^16 down to r^2
+  // ps = sin(2 pi r) / r - (2 pi's nearest double): Horner's steps from r^16 down to r^0, whose last adds
+  // 2 pi's remainder; sin = r * that double + r * ps, rounded once.
+  D ps = D{} + 0.10422916220813984;
   fma(ps, ps, z, D{} - 0.7181223017785006);
   fma(ps, ps, z, D{} + 3.819952584848282);
   fma(ps, ps, z, D{} - 15.09464257682299);
