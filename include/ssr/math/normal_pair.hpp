@@ -50,13 +50,11 @@ SSR_HD SSR_NORMAL_PAIR_INLINE void log_of(const D& in, D& out, const Fma& fma) {
   const D f = z - 1.0;
   const D s = f / (f + 2.0);
   const D s2 = s * s;
-  D p = D{} + 1.479819860511658591e-01;
-  fma(p, p, s2, D{} + 1.531383769920937332e-01);
-  fma(p, p, s2, D{} + 1.818357216161805012e-01);
-  fma(p, p, s2, D{} + 2.222219843214978396e-01);
-  fma(p, p, s2, D{} + 2.857142874366239149e-01);
-  fma(p, p, s2, D{} + 3.999999999940941908e-01);
-  fma(p, p, s2, D{} + 6.666666666666735130e-01);
+  constexpr double lg[] = {1.479819860511658591e-01, 1.531383769920937332e-01, 1.818357216161805012e-01,
+                           2.222219843214978396e-01, 2.857142874366239149e-01, 3.999999999940941908e-01,
+                           6.666666666666735130e-01};  // fdlibm's Lg7 down to Lg1
+  D p;
+  fused_horner(p, s2, lg, fma);
   const D half_f = f * 0.5;   // exact
   const D hfsq = half_f * f;  // f^2 / 2
   D t, u, v;
@@ -80,26 +78,19 @@ SSR_HD SSR_NORMAL_PAIR_INLINE void cos_sin_turn_of(const D& u, D& cos_out, D& si
   const D z = r * r;
   // ps = sin(2 pi r) / r - (2 pi's nearest double): Horner's steps from r^16 down to r^0, whose last adds
   // 2 pi's remainder; sin = r * that double + r * ps, rounded once.
-  D ps = D{} + 0.10422916220813984;
-  fma(ps, ps, z, D{} - 0.7181223017785006);
-  fma(ps, ps, z, D{} + 3.819952584848282);
-  fma(ps, ps, z, D{} - 15.09464257682299);
-  fma(ps, ps, z, D{} + 42.058693944897655);
-  fma(ps, ps, z, D{} - 76.70585975306139);
-  fma(ps, ps, z, D{} + 81.60524927607506);
-  fma(ps, ps, z, D{} - 41.34170224039976);
-  fma(ps, ps, z, D{} + 2.4492935982947064e-16);  // 2 pi's remainder
+  constexpr double sin_taylor[] = {0.10422916220813984, -0.7181223017785006, 3.819952584848282,
+                                   -15.09464257682299,  42.058693944897655,  -76.70585975306139,
+                                   81.60524927607506,   -41.34170224039976,  2.4492935982947064e-16};
+  D ps;
+  fused_horner(ps, z, sin_taylor, fma);
   const D r_tail = r * ps;
   D sin_r, cos_r;
   fma(sin_r, r, D{} + 6.283185307179586, r_tail);
-  D pc = D{} - 0.03638284114254567;  // (cos(2 pi r) - 1 + 2 pi^2 r^2) / r^4: from r^14 down to r^0
-  fma(pc, pc, z, D{} + 0.28200596845579123);
-  fma(pc, pc, z, D{} - 1.714390711088672);
-  fma(pc, pc, z, D{} + 7.903536371318469);
-  fma(pc, pc, z, D{} - 26.4262567833744);
-  fma(pc, pc, z, D{} + 60.24464137187666);
-  fma(pc, pc, z, D{} - 85.45681720669373);
-  fma(pc, pc, z, D{} + 64.9393940226683);
+  // pc = (cos(2 pi r) - 1 + 2 pi^2 r^2) / r^4: from r^14 down to r^0.
+  constexpr double cos_taylor[] = {-0.03638284114254567, 0.28200596845579123, -1.714390711088672, 7.903536371318469,
+                                   -26.4262567833744,    60.24464137187666,   -85.45681720669373, 64.9393940226683};
+  D pc;
+  fused_horner(pc, z, cos_taylor, fma);
   // cos = 1 - 2 pi^2 r^2 + r^4 pc: w = 1 - 2 pi^2 z rounded once, and what w, z (r^2 = z + z_err) and
   // -2 pi^2 (the nearest double c2 plus c2_lo) left out, added to it last.
   const D c2 = D{} - 19.739208802178716;

@@ -17,6 +17,7 @@
 #include "ssr/backend/cpu/lanes.hpp"
 #include "ssr/math/noise.hpp"
 #include "ssr/math/normal_pair.hpp"
+#include "ssr/random.hpp"
 #include "ssr/spec.hpp"
 #include "ssr/view.hpp"
 
@@ -92,10 +93,10 @@ SSR_LANES_INLINE void rows_in_lanes(const RouteSpec& spec, index_t row0, index_t
     std::uint32_t k0 = spec.seed, k1 = spec.layer;
     for (int round = 0; round < 10; ++round) {
       if (round > 0) {  // the key's bump between rounds
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
+        k0 += PHILOX_W32_0;
+        k1 += PHILOX_W32_1;
       }
-      const U p0 = c0 * 0xD2511F53u, p1 = c2 * 0xCD9E8D57u;
+      const U p0 = c0 * PHILOX_M4x32_0, p1 = c2 * PHILOX_M4x32_1;
       const U next0 = (p1 >> 32) ^ c1 ^ k0, next2 = (p0 >> 32) ^ c3 ^ k1;
       c1 = p1 & mask;
       c3 = p0 & mask;
