@@ -33,44 +33,18 @@ struct Padded {
       : n(n_), np(ssr::CpuTuning::padded(n_)), data(buffer.reserve(static_cast<std::size_t>(np))) {}
 };
 
-}  // namespace
-
-TEMPLATE_TEST_CASE("the vector kernel row is math::cost_row then math::kernel_row", "[simd]", float, double) {
-  using V = ssr::cpu::Simd<TestType>;
-  std::mt19937 gen(1);
-  std::normal_distribution<double> normal;
-  for (index_t n : {1, 2, 7, 8, 9, 16, 33, 100}) {
-    for (ssr::Cost cost : {ssr::Cost::linear, ssr::Cost::softmax}) {
-      for (double alpha : {0.0, 0.7, 1e3, 1e300}) {  // noise beyond -1/sum and beyond the bound
-        for (double scale : {1e-3, 1.0, 30.0, 1e30}) {
-          ssr::RouteSpec spec;
-          spec.cost = cost;
-          spec.noise_alpha = alpha;
-          // xi with and without an exact inverse (a power of two, multiplied by), and one whose inverse overflows
-          spec.sinkhorn.xi = std::array<double, 4>{0.3, 0.5, 0x1p-20, 0x1p-1070}[static_cast<std::size_t>(n % 4)];
-          const index_t np = ssr::CpuTuning::padded(n);
-          std::vector<TestType> s(static_cast<std::size_t>(n));
-          for (auto& v : s)
-            v = static_cast<TestType>(std::min(scale * normal(gen), 0.5 * std::numeric_limits<TestType>::max()));
-          std::vector<double> ref_x(static_cast<std::size_t>(n));
-          Padded<double> z(n), x(n);  // aligned, as kernel_row's buffers are
-          std::fill(z.data, z.data + np, 0.0);
-          if (alpha > 0) ssr::math::noise_row(spec, 3, n, z.data);
-          Padded<TestType> s_buf(n), k(n);
-          V::kernel_row(s.data(), n, np, spec, alpha > 0 ? z.data : nullptr, s_buf.data, x.data, k.data);
-          ssr::math::cost_row<TestType>(
-              n, cost, [&](index_t j) { return s[j]; }, alpha > 0 ? z.data : nullptr, ref_x.data());
-          std::vector<TestType> ref(static_cast<std::size_t>(n));
-          ssr::math::kernel_row<TestType>(n, ref_x.data(), spec.sinkhorn.xi, ref.data());
-          INFO("n " << n << " cost " << ssr::to_string(cost) << " alpha " << alpha << " scale " << scale << " xi "
-                    << spec.sinkhorn.xi);
-          for (index_t j = 0; j < n; ++j) REQUIRE(k.data[j] == ref[j]);  // equal values (+0 and -0 alike)
-          for (index_t j = n; j < np; ++j) REQUIRE(k.data[j] == -std::numeric_limits<TestType>::infinity());
-        }
-      }
-    }
-  }
+// The definitions: math::cost_row then math::kernel_row of one row s (z: its noise, or null).
+template <class T>
+std::vector<T> kernel_row(const T* s, index_t n, const ssr::RouteSpec& spec, const double* z) {
+  std::vector<double> x(static_cast<std::size_t>(n));
+  ssr::math::cost_row<T>(
+      n, spec.cost, [s](index_t j) { return s[j]; }, z, x.data());
+  std::vector<T> k(static_cast<std::size_t>(n));
+  ssr::math::kernel_row<T>(n, x.data(), spec.sinkhorn.xi, k.data());
+  return k;
 }
+
+}  // namespace
 
 TEST_CASE("the float kernel of tiles is the kernel row of each of their rows", "[simd]") {
   using V = ssr::cpu::Simd<float>;
@@ -83,18 +57,17 @@ TEST_CASE("the float kernel of tiles is the kernel row of each of their rows", "
           ssr::RouteSpec spec;
           spec.sinkhorn.xi = xi;
           REQUIRE(V::float_kernel(spec));
-          const index_t stride = n + 5, np = ssr::CpuTuning::padded(n);
+          const index_t stride = n + 5;
           std::vector<float> s(static_cast<std::size_t>(rows * stride));
           for (auto& e : s) e = static_cast<float>(std::min(scale * normal(gen), 1e38));
-          Padded<float> tiles((rows + V::tile - 1) / V::tile * V::tile * n), s_buf(n), row(n);
-          Padded<double> x(n);  // aligned, as kernel_row's buffers are
+          Padded<float> tiles((rows + V::tile - 1) / V::tile * V::tile * n);
           REQUIRE(V::float_kernel_tiles(s.data(), stride, rows, n, static_cast<float>(ssr::math::cost_bound<float>()),
                                         static_cast<float>(1.0 / xi), tiles.data));
           for (index_t i = 0; i < rows; ++i) {
-            V::kernel_row(s.data() + i * stride, n, np, spec, nullptr, s_buf.data, x.data, row.data);
+            const std::vector<float> row = kernel_row(s.data() + i * stride, n, spec, nullptr);
             INFO("n " << n << " rows " << rows << " xi " << xi << " scale " << scale << " row " << i);
             for (index_t j = 0; j < n; ++j)
-              REQUIRE(std::memcmp(&tiles.data[V::at_tile(i, j, n)], &row.data[j], sizeof(float)) == 0);
+              REQUIRE(std::memcmp(&tiles.data[V::at_tile(i, j, n)], &row[j], sizeof(float)) == 0);
           }
         }
       }
@@ -134,59 +107,82 @@ TEST_CASE("the float kernel of tiles is the kernel row of each of their rows", "
   REQUIRE_FALSE(ssr::cpu::Simd<double>::float_kernel(ssr::RouteSpec{}));
 }
 
-TEMPLATE_TEST_CASE("the double kernel of tiles is the kernel row of each of their rows, on every path", "[simd]", float,
-                   double) {
+TEMPLATE_TEST_CASE(
+    "the double cost and kernel of tiles, with noise or without, are math::cost_row and "
+    "math::kernel_row of each of their rows, bit for bit, on every path",
+    "[simd]", float, double) {
   using V = ssr::cpu::Simd<TestType>;
   namespace cost_tiles = ssr::cpu::cost_tiles;
   std::mt19937 gen(5);
   std::normal_distribution<double> normal;
   for (ssr::Cost cost : {ssr::Cost::softmax, ssr::Cost::linear}) {
-    for (index_t n : {1, 3, 8, 16, 20}) {
+    for (index_t n : {1, 3, 8, 16, 20, 33}) {
       for (index_t rows : {index_t{1}, index_t{8}, index_t{21}}) {  // one row, a tile, a partial last tile
-        for (double xi : {0.5, 0.3, 4.0, 1e-6}) {                   // 1 / xi a power of two or not
-          for (double scale : {1.0, 30.0, 1e30}) {                  // the softmax's exps underflow, clamps
-            ssr::RouteSpec spec;
-            spec.cost = cost;
-            spec.sinkhorn.xi = xi;
-            const index_t stride = n + 5, np = ssr::CpuTuning::padded(n), tiles = (rows + V::tile - 1) / V::tile;
-            std::vector<TestType> s(static_cast<std::size_t>(rows * stride));
-            for (auto& e : s) e = static_cast<TestType>(std::min(scale * normal(gen), 1e38));
-            Padded<TestType> want(tiles * V::tile * n), got(tiles * V::tile * n), s_buf(n), row(n);
-            Padded<double> x(n), scratch(V::tile * n);
-            V::kernel_tiles(s.data(), stride, rows, n, spec, scratch.data, want.data);  // this processor's path
-            INFO("cost " << static_cast<int>(cost) << " n " << n << " rows " << rows << " xi " << xi << " scale "
-                         << scale);
-            for (index_t i = 0; i < rows; ++i) {
-              V::kernel_row(s.data() + i * stride, n, np, spec, nullptr, s_buf.data, x.data, row.data);
-              INFO("row " << i);
-              for (index_t j = 0; j < n; ++j)
-                REQUIRE(std::memcmp(&want.data[V::at_tile(i, j, n)], &row.data[j], sizeof(TestType)) == 0);
-            }
-            const double inv_xi = 1.0 / xi;
-            const cost_tiles::Spec kernel{cost, xi, inv_xi, V::is_power_of_two(inv_xi),
-                                          ssr::math::cost_bound<TestType>()};
-            const auto same = [&](const char* path, auto run) {
-              V::load_tiles(s.data(), stride, rows, n, got.data);
-              run(got.data);
-              INFO(path);
-              REQUIRE(std::memcmp(got.data, want.data,
-                                  sizeof(TestType) * static_cast<std::size_t>(tiles * V::tile * n)) == 0);
-            };
-            same("one lane",
-                 [&](TestType* t) { cost_tiles::kernel_in_lanes<TestType, 1>(t, n, tiles, kernel, scratch.data); });
+        // xi: 1 / xi a power of two or not, and 1 / xi overflowing
+        for (double xi : {0.5, 0.3, 4.0, 1e-6, 0x1p-1070}) {
+          for (double alpha : {0.0, 0.7, 1e300}) {    // no noise; noise beyond -1/sum and beyond the bound
+            for (double scale : {1.0, 30.0, 1e30}) {  // the softmax's exps underflow, clamps
+              ssr::RouteSpec spec;
+              spec.cost = cost;
+              spec.sinkhorn.xi = xi;
+              spec.noise_alpha = alpha;
+              spec.first_row = 5;
+              const index_t stride = n + 5, tiles = (rows + V::tile - 1) / V::tile, size = tiles * V::tile * n;
+              std::vector<TestType> s(static_cast<std::size_t>(rows * stride));
+              for (auto& e : s) e = static_cast<TestType>(std::min(scale * normal(gen), 1e38));
+              Padded<TestType> want(size), got(size);
+              Padded<double> z(size), costs(size), got_costs(size), scratch(V::tile * n);
+              if (alpha > 0) ssr::cpu::noise::tiles(spec, 0, rows, n, z.data);
+              const double* noise = alpha > 0 ? z.data : nullptr;
+              V::kernel_tiles(s.data(), stride, rows, n, spec, scratch.data, want.data, noise);  // this processor's
+              V::cost_of_tiles(s.data(), stride, rows, n, spec, noise, got.data, costs.data);
+              INFO("cost " << static_cast<int>(cost) << " n " << n << " rows " << rows << " xi " << xi << " alpha "
+                           << alpha << " scale " << scale);
+              for (index_t i = 0; i < rows; ++i) {
+                std::vector<double> z_row(static_cast<std::size_t>(n)), x(static_cast<std::size_t>(n));
+                ssr::math::noise_row(spec, i, n, z_row.data());
+                const double* row_noise = alpha > 0 ? z_row.data() : nullptr;
+                const std::vector<TestType> row = kernel_row(s.data() + i * stride, n, spec, row_noise);
+                ssr::math::cost_row<TestType>(
+                    n, cost, [&](index_t j) { return s[static_cast<std::size_t>(i * stride + j)]; }, row_noise,
+                    x.data());
+                INFO("row " << i);
+                for (index_t j = 0; j < n; ++j) {
+                  REQUIRE(std::memcmp(&want.data[V::at_tile(i, j, n)], &row[j], sizeof(TestType)) == 0);
+                  REQUIRE(std::memcmp(&costs.data[V::at_tile(i, j, n)], &x[j], sizeof(double)) == 0);
+                }
+              }
+              const cost_tiles::Spec kernel = V::cost_spec(spec);
+              const auto same = [&](const char* path, auto run) {
+                V::load_tiles(s.data(), stride, rows, n, got.data);
+                run(got.data, scratch.data, got.data);  // the kernel, in place
+                INFO(path);
+                REQUIRE(std::memcmp(got.data, want.data, sizeof(TestType) * static_cast<std::size_t>(size)) == 0);
+                V::load_tiles(s.data(), stride, rows, n, got.data);
+                run(got.data, got_costs.data, nullptr);  // the costs
+                REQUIRE(std::memcmp(got_costs.data, costs.data, sizeof(double) * static_cast<std::size_t>(size)) == 0);
+              };
+              same("one lane", [&](TestType* t, double* c, TestType* k) {
+                cost_tiles::costs_in_lanes<TestType, 1>(t, n, tiles, kernel, noise, c, k);
+              });
 #if defined(SSR_VECTOR_EXTENSIONS)
-            same("two lanes",
-                 [&](TestType* t) { cost_tiles::kernel_in_lanes<TestType, 2>(t, n, tiles, kernel, scratch.data); });
+              same("two lanes", [&](TestType* t, double* c, TestType* k) {
+                cost_tiles::costs_in_lanes<TestType, 2>(t, n, tiles, kernel, noise, c, k);
+              });
 #endif
 #if defined(SSR_DISPATCH_AVX2)
-            if (ssr::cpu::lanes::has_avx2_fma())
-              same("the AVX2 path", [&](TestType* t) { cost_tiles::kernel_avx2(t, n, tiles, kernel, scratch.data); });
+              if (ssr::cpu::lanes::has_avx2_fma())
+                same("the AVX2 path", [&](TestType* t, double* c, TestType* k) {
+                  cost_tiles::costs_avx2(t, n, tiles, kernel, noise, c, k);
+                });
 #endif
 #if defined(SSR_DISPATCH_AVX512)
-            if (ssr::cpu::lanes::has_avx512())
-              same("the AVX-512 path",
-                   [&](TestType* t) { cost_tiles::kernel_avx512(t, n, tiles, kernel, scratch.data); });
+              if (ssr::cpu::lanes::has_avx512())
+                same("the AVX-512 path", [&](TestType* t, double* c, TestType* k) {
+                  cost_tiles::costs_avx512(t, n, tiles, kernel, noise, c, k);
+                });
 #endif
+            }
           }
         }
       }
@@ -194,8 +190,9 @@ TEMPLATE_TEST_CASE("the double kernel of tiles is the kernel row of each of thei
   }
 }
 
-TEST_CASE("rows of noise drawn blocks at a time are math::noise_row's, bit for bit, on every path", "[simd]") {
+TEST_CASE("tiles of noise drawn blocks at a time are math::noise_row's, bit for bit, on every path", "[simd]") {
   namespace noise = ssr::cpu::noise;
+  constexpr index_t tile = noise::tile;
   ssr::RouteSpec spec;
   spec.noise_alpha = 0.7;
   spec.noise_sigma = 1.3;
@@ -208,33 +205,36 @@ TEST_CASE("rows of noise drawn blocks at a time are math::noise_row's, bit for b
     spec.step = step;
     spec.first_row = first_row;
     for (const index_t n : {1, 2, 3, 5, 8, 16, 17, 33, 100}) {
-      for (const index_t rows : {1, 3, 8}) {
-        const index_t stride = n + 3;  // rows apart by more than n: the gaps stay as they were
-        std::vector<double> want(static_cast<std::size_t>(rows * stride), -1.0), got(want.size());
+      for (const index_t rows : {1, 3, 8, 13, 32}) {
+        const index_t size = (rows + tile - 1) / tile * tile * n;
+        std::vector<double> want(static_cast<std::size_t>(size + 1), 0.0), got(want.size()), row(n);
+        want[static_cast<std::size_t>(size)] = -1.0;  // past the tiles: stays as it was
         for (index_t row0 = 0; row0 < 13; row0 += 4) {
-          for (index_t r = 0; r < rows; ++r) ssr::math::noise_row(spec, row0 + r, n, want.data() + r * stride);
+          for (index_t r = 0; r < rows; ++r) {
+            ssr::math::noise_row(spec, row0 + r, n, row.data());
+            for (index_t j = 0; j < n; ++j)
+              want[static_cast<std::size_t>((r / tile * n + j) * tile + r % tile)] = row[j];
+          }
           INFO("seed " << seed << " step " << step << " first row " << first_row << " n " << n << " rows " << rows
                        << " from " << row0);
           const auto same = [&](const char* path, auto run) {
-            std::fill(got.begin(), got.end(), -1.0);
+            std::fill(got.begin(), got.end(), -1.0);  // a partial tile's other rows become zeros
             run();
             INFO(path);
             REQUIRE(std::memcmp(got.data(), want.data(), sizeof(double) * want.size()) == 0);
           };
-          same("this processor's", [&] { noise::rows(spec, row0, rows, n, got.data(), stride); });
-          same("one lane",
-               [&] { noise::rows_in_lanes<1>(spec, row0, rows, n, got.data(), stride, noise::SqrtLanes<1>{}); });
+          same("this processor's", [&] { noise::tiles(spec, row0, rows, n, got.data()); });
+          same("one lane", [&] { noise::tiles_in_lanes<1>(spec, row0, rows, n, got.data(), noise::SqrtLanes<1>{}); });
 #if defined(SSR_VECTOR_EXTENSIONS)
-          same("two lanes",
-               [&] { noise::rows_in_lanes<2>(spec, row0, rows, n, got.data(), stride, noise::SqrtLanes<2>{}); });
+          same("two lanes", [&] { noise::tiles_in_lanes<2>(spec, row0, rows, n, got.data(), noise::SqrtLanes<2>{}); });
 #endif
 #if defined(SSR_DISPATCH_AVX2)
           if (ssr::cpu::lanes::has_avx2_fma())
-            same("the AVX2 path", [&] { noise::rows_avx2(spec, row0, rows, n, got.data(), stride); });
+            same("the AVX2 path", [&] { noise::tiles_avx2(spec, row0, rows, n, got.data()); });
 #endif
 #if defined(SSR_DISPATCH_AVX512)
           if (ssr::cpu::lanes::has_avx512())
-            same("the AVX-512 path", [&] { noise::rows_avx512(spec, row0, rows, n, got.data(), stride); });
+            same("the AVX-512 path", [&] { noise::tiles_avx512(spec, row0, rows, n, got.data()); });
 #endif
         }
       }
@@ -822,8 +822,15 @@ TEMPLATE_TEST_CASE("a group of tiles' plan weights are math::normalised_weights,
           // Q <= 1 here: a least value above every Q turns the group down, one at or below every Q does not.
           REQUIRE_FALSE(V::topk_tiles_weights(ssr::Weights::plan, x.data, n, v.data(), k, rows,
                                               {experts.data(), rows, k}, {weights.data(), rows, k}, TestType(1.5)));
+          // The experts alone (empty weights): the same experts, the same least.
+          std::vector<std::int32_t> alone(static_cast<std::size_t>(rows * k), -1);
+          REQUIRE_FALSE(V::topk_tiles_weights(ssr::Weights::plan, x.data, n, v.data(), k, rows, {alone.data(), rows, k},
+                                              {}, TestType(1.5)));
+          REQUIRE(V::topk_tiles_weights(ssr::Weights::plan, x.data, n, v.data(), k, rows, {alone.data(), rows, k}, {},
+                                        TestType(0)));
           REQUIRE(V::topk_tiles_weights(ssr::Weights::plan, x.data, n, v.data(), k, rows, {experts.data(), rows, k},
                                         {weights.data(), rows, k}, TestType(0)));
+          REQUIRE(alone == experts);
           for (index_t i = 0; i < rows; ++i) {
             for (index_t j = 0; j < n; ++j) t[j] = q[static_cast<std::size_t>(i * np + j)] * v[j];  // a row's t = Q v
             ssr::math::topk(n, k, want.data(), [&](index_t j) { return t[j]; });

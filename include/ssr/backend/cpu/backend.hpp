@@ -157,8 +157,8 @@ class CpuBackend {
 
  private:
   struct Layout {
-    double* xbuf;  // softmax path: a cost row and a tile's noise rows per thread
-    T* rows;       // softmax path: a tile of rows by columns per thread
+    double* xbuf;  // softmax path: a group's noise and costs in tiles per thread (a row's values without noise)
+    T* rows;       // softmax path: a group of tiles of rows by columns per thread
     typename cpu::Sinkhorn<T>::Buffers sinkhorn;
     std::int32_t* counts;  // count_load's counters
   };
@@ -172,7 +172,7 @@ class CpuBackend {
     if (spec.path == Path::sinkhorn) {
       l.sinkhorn = cpu::Sinkhorn<T>::layout(c, m, n, nt);
     } else {
-      l.xbuf = c.take<double>(static_cast<std::size_t>((1 + cpu::Simd<T>::tile) * n * nt));
+      l.xbuf = c.take<double>(static_cast<std::size_t>(2 * cpu::Simd<T>::group_rows * n * nt));
       l.rows = c.take<T>(static_cast<std::size_t>(cpu::Simd<T>::group_rows * CpuTuning::padded(n) * nt));
     }
     l.counts = c.take<std::int32_t>(static_cast<std::size_t>(load_copies * n));
@@ -194,16 +194,13 @@ class CpuBackend {
     const index_t m = s.rows, n = s.cols;
     using V = cpu::Simd<T>;
     const int k = spec.k;
-    // Row i; z: its noise where the call draws any; weights: whether to take its weights here.
-    const auto route_row = [&](index_t i, const double* z, bool weights) {
-      double* x = buffers.xbuf + (1 + V::tile) * n * detail::thread_id();
+    // Row i without noise.
+    const auto route_row = [&](index_t i) {
+      double* x = buffers.xbuf + 2 * V::group_rows * n * detail::thread_id();
       const T* row = s.row(i);
       std::int32_t* idx = out.experts.row(i);
       const auto logit = [row](index_t j) { return static_cast<double>(row[j]); };
-      if (spec.noisy()) {
-        math::cost_row<T>(n, spec.cost, logit, z, x);
-        math::topk(n, k, idx, [x](index_t j) { return x[j]; });
-      } else if (spec.plain_selection()) {
+      if (spec.plain_selection()) {
         math::topk(n, k, idx, logit);  // top-k of S and of c(S) agree
       } else {
         // The selection values once into x (math::select_row ranks the same values).
@@ -211,34 +208,17 @@ class CpuBackend {
         for (index_t j = 0; j < n; ++j) x[j] = math::selection_value(spec.select.score, logit(j), shift, spec.bias, j);
         math::select_topk(n, k, spec.select, idx, [x](index_t j) { return x[j]; });
       }
-      T* w = out.weights.row(i);
-      if (weights)
-        math::score_weights(
-            spec.select.score, k, [row, idx](int r) { return row[idx[r]]; },
-            [w](int r, double value) { w[r] = static_cast<T>(value); });
+      score_weights(spec, s, out, i);
       if (!out.noise.empty())
         math::noise_output(
-            spec, n, [z](index_t j) { return z[j]; }, out.noise.row(i));
+            spec, n, [](index_t) { return 0.0; }, out.noise.row(i));
     };
     if (spec.noisy()) {
-      // A tile of rows at a time: their noise drawn at once (cpu::noise::rows), each row's cost and top-k,
-      // then softmax scores' weights of the tile's rows at once (Simd::softmax_score_weights, k <= tile_k).
-      const index_t tile = V::tile, tiles = (m + tile - 1) / tile;
-      const bool tile_weights = spec.select.score == Score::softmax && k <= V::tile_k;
-      detail::parallel_for(threads_for(m * n), tiles, [&](index_t tl) {
-        double* z = buffers.xbuf + (1 + tile) * n * detail::thread_id() + n;
-        const index_t i0 = tl * tile, rows = std::min(tile, m - i0);
-        cpu::noise::rows(spec, i0, rows, n, z, n);
-        for (index_t q = 0; q < rows; ++q) route_row(i0 + q, z + q * n, !tile_weights);
-        if (tile_weights)
-          V::softmax_score_weights(s.row(i0), s.stride, rows, k,
-                                   MatrixView<const std::int32_t>(out.experts.row(i0), rows, k, out.experts.stride),
-                                   MatrixView<T>(out.weights.row(i0), rows, k, out.weights.stride));
-      });
+      route_noisy(spec, s, out, buffers);
       return;
     }
     if (!spec.plain_selection() || k > V::tile_k) {
-      detail::parallel_for(threads_for(m * n), m, [&](index_t i) { route_row(i, nullptr, true); });
+      detail::parallel_for(threads_for(m * n), m, route_row);
       return;
     }
     // Plain softmax top-k, the common call: groups of tiles of rows copied by columns, routed together.
@@ -250,7 +230,7 @@ class CpuBackend {
       const MatrixView<std::int32_t> experts(out.experts.row(i0), rows, k, out.experts.stride);
       const MatrixView<T> weights(out.weights.row(i0), rows, k, out.weights.stride);
       if (!V::topk_tiles_weights(Weights::scores, x, n, nullptr, k, rows, experts, weights)) {
-        for (index_t q = 0; q < rows; ++q) route_row(i0 + q, nullptr, true);
+        for (index_t q = 0; q < rows; ++q) route_row(i0 + q);
         return;
       }
       if (!out.noise.empty())
@@ -258,6 +238,50 @@ class CpuBackend {
           math::noise_output(
               spec, n, [](index_t) { return 0.0; }, out.noise.row(i0 + q));
     });
+  }
+
+  // The softmax path with noise (softmax scores without groups: NoisyCost::validate), a group of tiles of
+  // rows at a time: their noise drawn at once (cpu::noise::tiles), their costs in tiles of doubles
+  // (Simd::cost_of_tiles, math::cost_row's values), the top-k of those (topk_tiles_weights over the doubles,
+  // the experts alone; else math::topk a row), then the group's softmax score weights at once
+  // (Simd::softmax_score_weights, k <= tile_k; else math::score_weights a row).
+  void route_noisy(const RouteSpec& spec, ConstMatrixView<T> s, const RouteOutputs<T>& out,
+                   const Layout& buffers) const {
+    using V = cpu::Simd<T>;
+    const index_t m = s.rows, n = s.cols, groups = (m + V::group_rows - 1) / V::group_rows;
+    const int k = spec.k;
+    detail::parallel_for(threads_for(m * n), groups, [&](index_t grp) {
+      const int tid = detail::thread_id();
+      double* z = buffers.xbuf + 2 * V::group_rows * n * tid;
+      double* cost = z + V::group_rows * n;
+      T* x = buffers.rows + V::group_rows * CpuTuning::padded(n) * tid;
+      const index_t i0 = grp * V::group_rows, rows = std::min(V::group_rows, m - i0);
+      cpu::noise::tiles(spec, i0, rows, n, z);
+      V::cost_of_tiles(s.row(i0), s.stride, rows, n, spec, z, x, cost);
+      const MatrixView<std::int32_t> experts(out.experts.row(i0), rows, k, out.experts.stride);
+      if (!cpu::Simd<double>::topk_tiles_weights(Weights::scores, cost, n, nullptr, k, rows, experts, {}))
+        for (index_t q = 0; q < rows; ++q)
+          math::topk(n, k, experts.row(q), [cost, q, n](index_t j) { return cost[V::at_tile(q, j, n)]; });
+      if (spec.select.score == Score::softmax && k <= V::tile_k)
+        V::softmax_score_weights(s.row(i0), s.stride, rows, k, experts,
+                                 MatrixView<T>(out.weights.row(i0), rows, k, out.weights.stride));
+      else
+        for (index_t i = i0; i < i0 + rows; ++i) score_weights(spec, s, out, i);
+      if (!out.noise.empty())
+        for (index_t q = 0; q < rows; ++q)
+          math::noise_output(
+              spec, n, [z, q, n](index_t j) { return z[V::at_tile(q, j, n)]; }, out.noise.row(i0 + q));
+    });
+  }
+
+  // Row i's weights from its chosen experts' logits (math::score_weights).
+  static void score_weights(const RouteSpec& spec, ConstMatrixView<T> s, const RouteOutputs<T>& out, index_t i) {
+    const T* row = s.row(i);
+    const std::int32_t* idx = out.experts.row(i);
+    T* w = out.weights.row(i);
+    math::score_weights(
+        spec.select.score, spec.k, [row, idx](int r) { return row[idx[r]]; },
+        [w](int r, double value) { w[r] = static_cast<T>(value); });
   }
 
   // load[j]: how many chosen entries name expert j. Each of load_copies consecutive entries goes to its own

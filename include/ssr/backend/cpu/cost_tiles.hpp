@@ -1,5 +1,5 @@
-// The CPU backend's Sinkhorn kernel of tiles in double, for what the float kernel does not take (the
-// softmax cost; the linear cost where 1 / xi is not a power of two) without noise: math::cost_row, then
+// The CPU backend's cost and Sinkhorn kernel of tiles in double, for what the float kernel does not take
+// (the softmax cost; the linear cost where 1 / xi is not a power of two; noise): math::cost_row, then
 // math::kernel_row, of eight rows at a time, a row a lane, over tiles by columns (columns.hpp), written
 // once over GNU vectors (lanes.hpp) of L doubles (a tile's column or part of one), and with AVX2 and FMA
 // or AVX-512 where a baseline x86-64 build runs on a processor that has them. Each lane takes the
@@ -80,14 +80,17 @@ struct FusedLanes {
   }
 };
 
-// The kernel of `count` tiles at x (tiles by columns, n columns each, holding the logits), in place, in
-// vectors of L doubles; scratch holds a tile of doubles (n * tile). For each row: top = max_j S_ij; the
-// softmax cost's e_j = exp(S_ij - top) and sum = sum_j e_j in order; the shifted cost c_j (S_ij - top, or
-// e_j / sum - 1 / sum) clamped to +-bound; shift = max(-bound, max_j c_j); K_ij = clamp((c_j - shift) / xi,
-// -bound, 0) (math::cost_shift, shifted_cost, cost_value, kernel_shift and kernel_value; each clamp is
-// math::clamp's std::min(std::max(v, lo), hi)).
+// The cost of `count` tiles of logits s (tiles by columns, n columns each), with the noise z (the same
+// layout, noise::tiles; null: none), in vectors of L doubles. For each row: top = max_j S_ij; the softmax
+// cost's e_j = exp(S_ij - top) and sum = sum_j e_j in order; the shifted cost c_j (S_ij - top, or e_j / sum
+// - 1 / sum) clamped to +-bound, then with noise clamp(c_j + clamp(z_j)) (math::cost_shift, shifted_cost and
+// cost_value; each clamp is math::clamp's std::min(std::max(v, lo), hi)). Where kernel is null, the costs
+// go to c (count tiles of doubles). Else c is a tile of scratch and each tile's kernel goes to kernel (which
+// may be s): shift = max(-bound, max_j c_j), K_ij = clamp((c_j - shift) / xi, -bound, 0)
+// (math::kernel_shift, kernel_value).
 template <class T, int L>
-SSR_LANES_INLINE void kernel_in_lanes(T* x, index_t n, index_t count, const Spec& spec, double* scratch) {
+SSR_LANES_INLINE void costs_in_lanes(const T* s, index_t n, index_t count, const Spec& spec, const double* z, double* c,
+                                     T* kernel) {
   using D = typename Lanes<L>::Double;
   using U = typename Lanes<L>::Bits;
   constexpr index_t per = tile / L;  // vectors a column
@@ -104,51 +107,61 @@ SSR_LANES_INLINE void kernel_in_lanes(T* x, index_t n, index_t count, const Spec
     std::memcpy(d, &v, sizeof d);
     for (int l = 0; l < L; ++l) p[l] = static_cast<T>(d[l]);
   };
-  for (index_t t = 0; t < count; ++t, x += n * tile) {
+  for (index_t t = 0; t < count; ++t) {
+    const index_t at = t * n * tile;  // the tile's first element
     SSR_UNROLL
     for (index_t h = 0; h < per; ++h) {  // L rows at a time
-      T* column = x + h * L;
-      double* c = scratch + h * L;
-      D top = none, s;
+      const T* column = s + at + h * L;
+      double* cost_at = c + (kernel ? 0 : at) + h * L;
+      D top = none, v;
       for (index_t j = 0; j < n; ++j) {
-        widen(column + j * tile, s);
-        top = top < s ? s : top;  // std::max(top, s)
+        widen(column + j * tile, v);
+        top = top < v ? v : top;  // std::max(top, v)
       }
       D shift = lo, cost;
+      // The shifted cost of column j, clamped, with its noise; stored, and into the kernel's shift.
+      const auto finish = [&](const D& value, index_t j) {
+        D shifted = value < lo ? lo : value;
+        shifted = hi < shifted ? hi : shifted;
+        if (z) {
+          D noise;
+          std::memcpy(&noise, z + at + j * tile + h * L, sizeof noise);
+          noise = noise < lo ? lo : noise;
+          noise = hi < noise ? hi : noise;
+          shifted += noise;
+          shifted = shifted < lo ? lo : shifted;
+          shifted = hi < shifted ? hi : shifted;
+        }
+        std::memcpy(cost_at + j * tile, &shifted, sizeof shifted);
+        shift = shift < shifted ? shifted : shift;  // std::max(shift, cost)
+      };
       if (spec.cost == Cost::softmax) {
         D sum = zero, e;
         for (index_t j = 0; j < n; ++j) {
-          widen(column + j * tile, s);
-          math::exp_of<D, U>(s - top, e, FusedLanes<L>{});
-          std::memcpy(c + j * tile, &e, sizeof e);
+          widen(column + j * tile, v);
+          math::exp_of<D, U>(v - top, e, FusedLanes<L>{});
+          std::memcpy(cost_at + j * tile, &e, sizeof e);
           sum += e;
         }
         const D inv = one / sum;
         for (index_t j = 0; j < n; ++j) {
-          std::memcpy(&e, c + j * tile, sizeof e);
-          cost = e / sum - inv;
-          cost = cost < lo ? lo : cost;
-          cost = hi < cost ? hi : cost;
-          std::memcpy(c + j * tile, &cost, sizeof cost);
-          shift = shift < cost ? cost : shift;  // std::max(shift, cost)
+          std::memcpy(&e, cost_at + j * tile, sizeof e);
+          finish(e / sum - inv, j);
         }
       } else {
         for (index_t j = 0; j < n; ++j) {
-          widen(column + j * tile, s);
-          cost = s - top;
-          cost = cost < lo ? lo : cost;
-          cost = hi < cost ? hi : cost;
-          std::memcpy(c + j * tile, &cost, sizeof cost);
-          shift = shift < cost ? cost : shift;
+          widen(column + j * tile, v);
+          finish(v - top, j);
         }
       }
+      if (!kernel) continue;
       for (index_t j = 0; j < n; ++j) {
-        std::memcpy(&cost, c + j * tile, sizeof cost);
+        std::memcpy(&cost, cost_at + j * tile, sizeof cost);
         const D d = cost - shift;
         D k = spec.exact_inverse ? d * spec.inv_xi : d / spec.xi;
         k = k < lo ? lo : k;
         k = zero < k ? zero : k;
-        narrow(k, column + j * tile);
+        narrow(k, kernel + at + h * L + j * tile);
       }
     }
   }
@@ -212,29 +225,30 @@ inline void softmax_weights(const double* logit, int k, T* weight) {
 
 #if defined(SSR_DISPATCH_AVX2)
 template <class T>
-SSR_TARGET_AVX2_FMA void kernel_avx2(T* x, index_t n, index_t count, const Spec& spec, double* scratch) {
-  kernel_in_lanes<T, 4>(x, n, count, spec, scratch);
+SSR_TARGET_AVX2_FMA void costs_avx2(const T* s, index_t n, index_t count, const Spec& spec, const double* z, double* c,
+                                    T* kernel) {
+  costs_in_lanes<T, 4>(s, n, count, spec, z, c, kernel);
 }
 #endif
 #if defined(SSR_DISPATCH_AVX512)
 template <class T>
-SSR_TARGET_AVX512_FMA void kernel_avx512(T* x, index_t n, index_t count, const Spec& spec, double* scratch) {
-  kernel_in_lanes<T, 8>(x, n, count, spec, scratch);
+SSR_TARGET_AVX512_FMA void costs_avx512(const T* s, index_t n, index_t count, const Spec& spec, const double* z,
+                                        double* c, T* kernel) {
+  costs_in_lanes<T, 8>(s, n, count, spec, z, c, kernel);
 }
 #endif
 
-// The kernel of `count` tiles in place (see kernel_in_lanes) on the widest path this processor runs (a
-// baseline build's own code has no FMA instruction: std::fma a lane, slow but exact, for processors
-// without AVX2 and FMA).
+// costs_in_lanes on the widest path this processor runs (a baseline build's own code has no FMA
+// instruction: std::fma a lane, slow but exact, for processors without AVX2 and FMA).
 template <class T>
-inline void kernel(T* x, index_t n, index_t count, const Spec& spec, double* scratch) {
+inline void costs(const T* s, index_t n, index_t count, const Spec& spec, const double* z, double* c, T* kernel) {
 #if defined(SSR_DISPATCH_AVX512)
-  if (lanes::has_avx512()) return kernel_avx512(x, n, count, spec, scratch);
+  if (lanes::has_avx512()) return costs_avx512(s, n, count, spec, z, c, kernel);
 #endif
 #if defined(SSR_DISPATCH_AVX2)
-  if (lanes::has_avx2_fma()) return kernel_avx2(x, n, count, spec, scratch);
+  if (lanes::has_avx2_fma()) return costs_avx2(s, n, count, spec, z, c, kernel);
 #endif
-  kernel_in_lanes<T, widest>(x, n, count, spec, scratch);
+  costs_in_lanes<T, widest>(s, n, count, spec, z, c, kernel);
 }
 
 }  // namespace SSR_LANES_NAMESPACE

@@ -1,11 +1,12 @@
-// The CPU backend's cost noise of rows, several Philox blocks at a time: math::noise_row's values, bit for
-// bit, written once over GNU vectors (lanes.hpp) of L blocks, and with AVX2 and FMA or AVX-512 where a
+// The CPU backend's cost noise of rows, several Philox blocks at a time, into tiles by columns (a tile's
+// column of eight rows, then the next column: the layout of Simd::load_tiles): math::noise_row's values, bit
+// for bit, written once over GNU vectors (lanes.hpp) of L blocks, and with AVX2 and FMA or AVX-512 where a
 // baseline x86-64 build runs on a processor that has them.
 //
 // Each lane draws one block of four normals: Philox4x32-10 (Random123's rounds and constants, its 32-bit
 // words held in 64-bit lanes), the uniforms as random::uniform_open takes them, then the two Box-Muller
 // pairs of math::normal_pair_of, whose formula is written over lanes; each normal is multiplied by alpha *
-// sigma as math::noise_row does. The callers draw a tile of rows at once: a row alone (n / 4 blocks) would
+// sigma as math::noise_row does. The callers draw tiles of rows at once: a row alone (n / 4 blocks) would
 // fill half an AVX-512 vector at n = 16.
 #pragma once
 
@@ -70,11 +71,14 @@ struct SqrtAvx512 {
 };
 #endif
 
-// z[r * stride + j] = math::noise_value(spec, row0 + r, n, j) for r < rows and j < n (one run of the
-// stream: the rows' elements follow each other), L blocks of four at a time.
+constexpr index_t tile = 8;  // rows a tile (Simd<T>::tile)
+
+// z[(r / tile * n + j) * tile + r % tile] = math::noise_value(spec, row0 + r, n, j) for r < rows and j < n
+// (one run of the stream: the rows' elements follow each other), L blocks of four at a time; a last,
+// partial tile's other rows are zeros.
 template <int L, class Sqrt>
-SSR_LANES_INLINE void rows_in_lanes(const RouteSpec& spec, index_t row0, index_t rows, index_t n, double* z,
-                                    index_t stride, const Sqrt& sqrt) {
+SSR_LANES_INLINE void tiles_in_lanes(const RouteSpec& spec, index_t row0, index_t rows, index_t n, double* z,
+                                     const Sqrt& sqrt) {
   using D = typename Lanes<L>::Double;
   using U = typename Lanes<L>::Bits;
   const double scale = spec.noise_alpha * spec.noise_sigma;
@@ -86,6 +90,7 @@ SSR_LANES_INLINE void rows_in_lanes(const RouteSpec& spec, index_t row0, index_t
   U lane_of;
   std::memcpy(&lane_of, lanes_from_0, sizeof lane_of);
   index_t r = 0, j = 0;  // the row and column of the next element to write
+  double* row = z;       // where row r's column 0 lies
   for (std::uint64_t b0 = e0 >> 2; b0 * 4 < e1; b0 += L) {
     // Philox4x32-10: counter (block, step), key (seed, layer), as random::draw.
     const U block = lane_of + b0;
@@ -120,42 +125,45 @@ SSR_LANES_INLINE void rows_in_lanes(const RouteSpec& spec, index_t row0, index_t
     const std::uint64_t from = e0 > 4 * b0 ? e0 : 4 * b0, to = e1 < 4 * (b0 + L) ? e1 : 4 * (b0 + L);
     for (std::uint64_t e = from; e < to; ++e) {
       const std::uint64_t at = e - 4 * b0;
-      z[r * stride + j] = scale * value[at & 3u][at >> 2];
+      row[j * tile] = scale * value[at & 3u][at >> 2];
       if (++j == n) {
         j = 0;
         ++r;
+        row = z + (r / tile * n) * tile + r % tile;
       }
     }
   }
+  if (rows % tile != 0)
+    for (index_t q = rows % tile; q < tile; ++q)
+      for (index_t c = 0; c < n; ++c) z[(rows / tile * n + c) * tile + q] = 0.0;
 }
 
 #if defined(SSR_DISPATCH_AVX2)
-SSR_TARGET_AVX2_FMA inline void rows_avx2(const RouteSpec& spec, index_t row0, index_t rows, index_t n, double* z,
-                                          index_t stride) {
-  rows_in_lanes<4>(spec, row0, rows, n, z, stride, SqrtAvx2{});
+SSR_TARGET_AVX2_FMA inline void tiles_avx2(const RouteSpec& spec, index_t row0, index_t rows, index_t n, double* z) {
+  tiles_in_lanes<4>(spec, row0, rows, n, z, SqrtAvx2{});
 }
 #endif
 #if defined(SSR_DISPATCH_AVX512)
-SSR_TARGET_AVX512_FMA inline void rows_avx512(const RouteSpec& spec, index_t row0, index_t rows, index_t n, double* z,
-                                              index_t stride) {
-  rows_in_lanes<8>(spec, row0, rows, n, z, stride, SqrtAvx512{});
+SSR_TARGET_AVX512_FMA inline void tiles_avx512(const RouteSpec& spec, index_t row0, index_t rows, index_t n,
+                                               double* z) {
+  tiles_in_lanes<8>(spec, row0, rows, n, z, SqrtAvx512{});
 }
 #endif
 
-// The noise of `rows` rows from row0 (see rows_in_lanes) on the widest path this processor runs; a build with
-// FMA of its own takes its widest vectors (a square root a lane); without FMA, math::noise_row a row at a
-// time (a block of four at a time).
-inline void rows(const RouteSpec& spec, index_t row0, index_t rows, index_t n, double* z, index_t stride) {
+// The noise of `rows` rows from row0 into tiles (see tiles_in_lanes) on the widest path this processor runs;
+// a build with FMA of its own takes its widest vectors (a square root a lane); without FMA, one lane (the
+// formula's std::fma a call each, exact but slow).
+inline void tiles(const RouteSpec& spec, index_t row0, index_t rows, index_t n, double* z) {
 #if defined(SSR_DISPATCH_AVX512)
-  if (lanes::has_avx512()) return rows_avx512(spec, row0, rows, n, z, stride);
+  if (lanes::has_avx512()) return tiles_avx512(spec, row0, rows, n, z);
 #endif
 #if defined(SSR_DISPATCH_AVX2)
-  if (lanes::has_avx2_fma()) return rows_avx2(spec, row0, rows, n, z, stride);
+  if (lanes::has_avx2_fma()) return tiles_avx2(spec, row0, rows, n, z);
 #endif
 #if defined(__FMA__) && defined(SSR_VECTOR_EXTENSIONS)
-  rows_in_lanes<cost_tiles::widest>(spec, row0, rows, n, z, stride, SqrtLanes<cost_tiles::widest>{});
+  tiles_in_lanes<cost_tiles::widest>(spec, row0, rows, n, z, SqrtLanes<cost_tiles::widest>{});
 #else
-  for (index_t r = 0; r < rows; ++r) math::noise_row(spec, row0 + r, n, z + r * stride);
+  tiles_in_lanes<1>(spec, row0, rows, n, z, SqrtLanes<1>{});
 #endif
 }
 

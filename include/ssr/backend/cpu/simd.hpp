@@ -1,13 +1,14 @@
 // The CPU backend's vector forms of the scalar mathematics in ssr/math/, over rows padded to a multiple of
 // CpuTuning::pad elements (aligned, so Eigen runs whole packets whatever the caller's alignment). Each
 // mirrors one scalar definition, and tests/test_cpu_simd.cpp holds it to that definition:
-//   kernel_row  = math::cost_row + math::kernel_row, bit for bit;
 //   topk_row    = math::topk, the same experts in the same order;
 //   topk_tiles_weights = math::topk over tiles of rows (topk::tiles, topk.hpp), and
 //                 math::normalised_weights (bit for bit) or math::score_weights (softmax scores, within 3 ulps);
 //   exp_row     = std::exp within 2 float ulps (float), Eigen's exp (double);
-//   float_kernel_tiles = kernel_row (where float_kernel holds) of each row, into tiles, bit for bit;
-//   kernel_tiles = kernel_row (without noise) of each row, into tiles, bit for bit;
+//   float_kernel_tiles = math::cost_row + math::kernel_row (where float_kernel holds) of each row, into
+//                 tiles, bit for bit;
+//   kernel_tiles = math::cost_row + math::kernel_row of each row (with noise or without), into tiles, bit for bit;
+//   cost_of_tiles = math::cost_row of each row (with noise or without), into tiles of doubles, bit for bit;
 //   softmax_score_weights = math::score_weights (softmax scores) of each row, bit for bit;
 //   pass_tiles  = the scaled row update t = Q_i * v, r = sum t, plan row t / r, over tiles by columns.
 #pragma once
@@ -43,7 +44,6 @@ struct Simd {
   static constexpr index_t W = CpuTuning::pad;
   using Row = Eigen::Array<T, 1, Eigen::Dynamic>;
   using Chunk = Eigen::Array<T, W, 1>;
-  using DChunk = Eigen::Array<double, W, 1>;
   // Rows of padded buffers start at multiples of W elements of an aligned workspace: 32-byte aligned.
   template <class A>
   using At = Eigen::Map<A, Eigen::Aligned32>;
@@ -82,64 +82,6 @@ struct Simd {
   static bool float_kernel(const RouteSpec& spec) {
     const double inv_xi = 1.0 / spec.sinkhorn.xi;
     return std::is_same<T, float>::value && spec.cost == Cost::linear && is_power_of_two(inv_xi) && inv_xi >= 1;
-  }
-
-  // Row i of the kernel padded with -inf: k[j] = math::kernel_value(x_j, math::kernel_shift(x), xi) with
-  // x_j = math::cost_value(math::shifted_cost(S_ij), z_j), in chunks of W doubles. s_buf (np elements of
-  // T) and x (np doubles) are scratch; z is the noise padded with zeros, or null.
-  static void kernel_row(const T* s, index_t n, index_t np, const RouteSpec& spec, const double* z, T* s_buf, double* x,
-                         T* kernel) {
-    const double bound = math::cost_bound<T>(), xi = spec.sinkhorn.xi;
-    if (n != np) {  // a padded copy, whose padding changes no maximum
-      std::copy(s, s + n, s_buf);
-      std::fill(s_buf + n, s_buf + np, -std::numeric_limits<T>::infinity());
-      s = s_buf;
-    }
-    using In = Eigen::Map<const Chunk>;  // the caller's rows may lie anywhere
-    Chunk smax = In(s);
-    for (index_t c = W; c < np; c += W) smax = smax.max(In(s + c));  // exact: any order gives the same
-    const auto top = static_cast<double>(smax.maxCoeff());
-    // Without noise the row's largest x is the +0 of its top element, so the kernel shift
-    // max(-bound, max x) is 0 and K = clamp(x / xi) needs no second pass: (x - 0) / xi is x / xi.
-    // Each Eigen expression holds one scalar type, so that it runs in packets; conversions are plain loops.
-    if (spec.cost == Cost::linear && !z) {
-      // Where 1 / xi is a power of two (xi = 0.5, 1, 2, ...), x * (1 / xi) is x / xi exactly, without the
-      // divide that would bound the loop.
-      const double inv_xi = 1.0 / xi;
-      const bool exact_inverse = is_power_of_two(inv_xi);
-      for (index_t c = 0; c < np; c += W) {
-        DChunk xc;
-        for (index_t l = 0; l < W; ++l) xc[l] = static_cast<double>(s[c + l]);
-        xc = (xc - top).max(-bound).min(bound);
-        xc = (exact_inverse ? DChunk(xc * inv_xi) : DChunk(xc / xi)).max(-bound).min(0.0);
-        for (index_t l = 0; l < W; ++l) kernel[c + l] = static_cast<T>(xc[l]);
-      }
-    } else {
-      if (spec.cost == Cost::linear) {
-        for (index_t j = 0; j < np; ++j) x[j] = static_cast<double>(s[j]);
-        for (index_t c = 0; c < np; c += W) At<DChunk>(x + c) -= top;
-      } else {
-        double sum = 0;
-        for (index_t j = 0; j < n; ++j) sum += (x[j] = math::exp(static_cast<double>(s[j]) - top));
-        std::fill(x + n, x + np, -std::numeric_limits<double>::infinity());  // stays -inf: -inf / sum - shift
-        const double shift = 1.0 / sum;
-        for (index_t c = 0; c < np; c += W) At<DChunk>(x + c) = At<const DChunk>(x + c) / sum - shift;
-      }
-      // The padding's x is -inf before clamping and -bound after: it changes no maximum, even where noise
-      // pushes every real x of the row below the softmax cost's -1/sum (found by fuzz_route).
-      DChunk xmax = DChunk::Constant(-bound);
-      for (index_t c = 0; c < np; c += W) {
-        DChunk xc = At<const DChunk>(x + c).max(-bound).min(bound);
-        if (z) xc = (xc + At<const DChunk>(z + c).max(-bound).min(bound)).max(-bound).min(bound);
-        At<DChunk>(x + c) = xc;
-        xmax = xmax.max(xc);
-      }
-      const double xtop = xmax.maxCoeff();
-      for (index_t c = 0; c < np; c += W)
-        At<DChunk>(x + c) = ((At<const DChunk>(x + c) - xtop) / xi).max(-bound).min(0.0);
-      for (index_t j = 0; j < np; ++j) kernel[j] = static_cast<T>(x[j]);
-    }
-    for (index_t j = n; j < np; ++j) kernel[j] = -std::numeric_limits<T>::infinity();
   }
 
   // math::topk over a padded row whose padding never exceeds a real element (0 after real elements >= 0,
@@ -221,9 +163,9 @@ struct Simd {
   // logits, the weights are math::score_weights (softmax scores) with exp_row (within 2 ulps of std::exp:
   // the weights within 3 ulps of T; the largest term is exp(0) = 1). Weights::plan: the tiles hold Q and
   // the values are t = Q_ij * v_j, the plan up to each row's scale; the weights are
-  // math::normalised_weights, bit for bit. Returns false, its outputs undefined, where topk::tiles does or
-  // where an element chosen is below `least` (as held in the tiles, before v): the caller then routes that
-  // group row by row.
+  // math::normalised_weights, bit for bit. Empty weights: the experts alone. Returns false, its outputs undefined,
+  // where topk::tiles does or where an element chosen is below `least` (as held in the tiles, before v): the caller
+  // then routes that group row by row.
   template <int K = 1>
   static bool topk_tiles_weights(Weights form, const T* x, index_t n, const T* v, int k, index_t rows,
                                  MatrixView<std::int32_t> experts, MatrixView<T> weights,
@@ -280,7 +222,8 @@ struct Simd {
               if (!(x_tile[static_cast<index_t>(at[r][q]) * tile + q] >= least)) return false;
       }
       store_rows<K>(at, in_tile, MatrixView<std::int32_t>(experts.row(i0), in_tile, K, experts.stride));
-      tile_weights<K, L>(form, value, i0, in_tile, MatrixView<T>(weights.row(i0), in_tile, K, weights.stride));
+      if (!weights.empty())
+        tile_weights<K, L>(form, value, i0, in_tile, MatrixView<T>(weights.row(i0), in_tile, K, weights.stride));
     }
     return true;
   }
@@ -414,17 +357,30 @@ struct Simd {
     return columns::tiles<T, true>(s, stride, rows, n, scale, bound, x);
   }
 
-  // kernel_row without noise of `rows` rows of s into tiles as load_tiles lays them out, eight rows at a time
-  // in double (cost_tiles::kernel, cost_tiles.hpp: any cost and xi, for what float_kernel_tiles does not
-  // take). scratch holds a tile of doubles (n * tile).
+  // math::cost_row + math::kernel_row of `rows` rows of s into tiles as load_tiles lays them out, with the
+  // noise z (the same layout: noise::tiles; null for none), eight rows at a time in double
+  // (cost_tiles::costs, cost_tiles.hpp: any cost and xi, for what float_kernel_tiles does not take).
+  // scratch holds a tile of doubles (n * tile).
   static void kernel_tiles(const T* s, index_t stride, index_t rows, index_t n, const RouteSpec& spec, double* scratch,
-                           T* x) {
+                           T* x, const double* z = nullptr) {
     static_assert(cost_tiles::tile == tile, "one tile");
     load_tiles(s, stride, rows, n, x);
+    cost_tiles::costs(x, n, (rows + tile - 1) / tile, cost_spec(spec), z, scratch, x);
+  }
+
+  // math::cost_row of `rows` rows of s with the noise z (as kernel_tiles) into tiles of doubles, c[(t * n + j)
+  // * tile + q] for row t * tile + q (a last, partial tile repeats its last row's logits). x holds the rows'
+  // tiles of T.
+  static void cost_of_tiles(const T* s, index_t stride, index_t rows, index_t n, const RouteSpec& spec, const double* z,
+                            T* x, double* c) {
+    load_tiles(s, stride, rows, n, x);
+    cost_tiles::costs<T>(x, n, (rows + tile - 1) / tile, cost_spec(spec), z, c, nullptr);
+  }
+
+  // What cost_tiles::costs needs of a call.
+  static cost_tiles::Spec cost_spec(const RouteSpec& spec) {
     const double xi = spec.sinkhorn.xi, inv_xi = 1.0 / xi;
-    cost_tiles::kernel(x, n, (rows + tile - 1) / tile,
-                       cost_tiles::Spec{spec.cost, xi, inv_xi, is_power_of_two(inv_xi), math::cost_bound<T>()},
-                       scratch);
+    return cost_tiles::Spec{spec.cost, xi, inv_xi, is_power_of_two(inv_xi), math::cost_bound<T>()};
   }
 
   // math::score_weights for softmax scores of `rows` rows of s (row stride `stride`) and their chosen

@@ -12,8 +12,8 @@
 // rows, so a row's sum needs no horizontal additions and the final top-k reads the tiles as they are.
 // With a communicator, the column sums (and a log-domain column's maximum and sum) are reduced over the
 // ranks that share the problem, exactly (detail::sum_over_ranks), so every rank takes the same steps.
-// The setup builds K and Q a tile at a time (from the logits by columns, in float or double; with noise
-// row by row) and makes the first pass on the way. The float kernel is built in Q's place and exponentiated
+// The setup builds K and Q a tile at a time (from the logits by columns, in float or double; with noise, a
+// block's drawn at once into tiles, in double) and makes the first pass on the way. The float kernel is built in Q's place and exponentiated
 // there, so K is never written out: the steps that read K again, all rare (absorption, rows and columns
 // redone in the log domain), build it again from the logits, the same bits. The final plan, top-k and
 // weights are the last pass's t / r, from Q and v without exp, except for rows whose chosen experts' Q
@@ -58,7 +58,7 @@ class Sinkhorn {
   // The solve's buffers, laid out in a workspace.
   struct Buffers {
     T *logk, *q, *v, *vt, *gt, *ht, *partial, *scratch, *tiles, *row_top, *row_sum;
-    double *g, *colsum, *xbuf, *cost_tile;
+    double *g, *colsum, *noise, *cost_tile;
     // Distributed solves: exact-sum limbs, and the log-domain columns' flags, maxima and sums.
     std::int64_t* limbs;
     std::int32_t* log_update;
@@ -79,13 +79,13 @@ class Sinkhorn {
     b.gt = c.take<T>(npz);                                     // g rounded to T: what both forms use; padded with zeros
     b.ht = c.take<T>(nz);                                      // h, the absorbed part of g
     b.partial = c.take<T>(static_cast<std::size_t>(blocks * n));
-    b.scratch = c.take<T>(3 * npz * threads);                               // rows t, e and S per thread
+    b.scratch = c.take<T>(2 * npz * threads);                               // rows t and e per thread
     b.tiles = c.take<T>(static_cast<std::size_t>(V::tile) * nz * threads);  // a tile per thread
     b.row_top = c.take<T>(mt);                                              // c_i; f_i = -(row_top_i + log row_sum_i)
     b.row_sum = c.take<T>(mt);
     b.g = c.take<double>(nz);
     b.colsum = c.take<double>(nz);
-    b.xbuf = c.take<double>((1 + static_cast<std::size_t>(V::tile)) * npz * threads);  // a row x, a tile's noise z
+    b.noise = c.take<double>(static_cast<std::size_t>(noise_tiles(m, n)) * V::tile * nz * threads);  // a block's
     b.cost_tile = c.take<double>(static_cast<std::size_t>(V::tile) * nz * threads);  // a tile per thread (kernel_tiles)
     b.limbs = c.take<std::int64_t>(static_cast<std::size_t>(math::exact_limbs * n));
     b.log_update = c.take<std::int32_t>(nz);
@@ -126,14 +126,11 @@ class Sinkhorn {
 
     detail::parallel(nt, [&] {
       const int tid = detail::thread_id();
-      T* t_buf = b.scratch + index_t{3} * tid * np;
+      T* t_buf = b.scratch + index_t{2} * tid * np;
       T* e_buf = t_buf + np;
-      T* s_buf = e_buf + np;
       T* by_columns = b.tiles + size * tid;
-      double* x = b.xbuf + (1 + tile) * np * tid;
-      double* z = x + np;  // a tile's rows of noise, np apart
+      double* noise = b.noise + noise_tiles(m, n) * size * tid;  // a block's noise in tiles (noise::tiles)
       double* cost_tile = b.cost_tile + size * tid;
-      for (index_t r = 0; r < tile; ++r) std::fill(z + r * np + n, z + (r + 1) * np, 0.0);  // noise padding
 
       // Tiles [t0, t1) of block blk; the real rows of tile tl.
       const auto block_tiles = [&](index_t blk) {
@@ -169,32 +166,24 @@ class Sinkhorn {
       };
 
       // K = cost / xi in tiles, padding rows -inf; Q = exp(K) (h = 0, c = 0); and with it the first pass.
-      // The float kernel goes into Q's place (k), other kernels are kept; without noise eight rows at a time
-      // (float_kernel_tiles, kernel_tiles), with it row by row.
+      // The float kernel goes into Q's place (k), other kernels are kept; eight rows at a time
+      // (float_kernel_tiles, kernel_tiles), with the block's noise drawn at once.
       bool finite = true;
       for (index_t blk = own.first; blk < own.second; ++blk) {
         const auto [t0, t1] = block_tiles(blk);
+        const index_t i0 = t0 * tile, rows = std::min(m, t1 * tile) - i0;
         T* k = (float_form ? q : logk) + t0 * size;
         if (float_form) {
-          finite = V::float_kernel_tiles(s.row(t0 * tile), s.stride, std::min(m, t1 * tile) - t0 * tile, n, bound,
-                                         scale, k) &&
-                   finite;
+          finite = V::float_kernel_tiles(s.row(i0), s.stride, rows, n, bound, scale, k) && finite;
         } else if (!spec.noisy()) {
-          V::kernel_tiles(s.row(t0 * tile), s.stride, std::min(m, t1 * tile) - t0 * tile, n, spec, cost_tile, k);
-        } else {  // with noise: row by row, a tile's noise drawn at once
-          for (index_t tl = t0; tl < t1; ++tl) {
-            const index_t i0 = tl * tile;
-            T* ktile = logk + tl * size;
-            noise::rows(spec, i0, rows_of(tl), n, z, np);
-            for (index_t r = 0; r < rows_of(tl); ++r) {
-              const double* z_row = z + r * np;
-              V::kernel_row(s.row(i0 + r), n, np, spec, z_row, s_buf, x, t_buf);
-              for (index_t j = 0; j < n; ++j) ktile[j * tile + r] = t_buf[j];
-              if (!out.noise.empty())
-                math::noise_output(
-                    spec, n, [z_row](index_t j) { return z_row[j]; }, out.noise.row(i0 + r));
-            }
-          }
+          V::kernel_tiles(s.row(i0), s.stride, rows, n, spec, cost_tile, k);
+        } else {
+          noise::tiles(spec, i0, rows, n, noise);
+          V::kernel_tiles(s.row(i0), s.stride, rows, n, spec, cost_tile, k, noise);
+          if (!out.noise.empty())
+            for (index_t r = 0; r < rows; ++r)
+              math::noise_output(
+                  spec, n, [&](index_t j) { return noise[V::at_tile(r, j, n)]; }, out.noise.row(i0 + r));
         }
         V::fill_lanes(k + (t1 - 1 - t0) * size, n, rows_of(t1 - 1), -std::numeric_limits<T>::infinity());
         // The block's exps in one loop: its packets are independent. exp(-inf) may be a tiny double
@@ -333,11 +322,12 @@ class Sinkhorn {
                 spec, n, [](index_t) { return 0.0; }, out.noise.row(i));
         const MatrixView<std::int32_t> experts(out.experts.row(i0), rows, spec.k, out.experts.stride);
         const MatrixView<T> weights(out.weights.row(i0), rows, spec.k, out.weights.stride);
+        const bool plan_weights = spec.weights == Weights::plan;  // else the experts alone, then score weights
         if (by_tiles && V::topk_tiles_weights(Weights::plan, q + grp * V::group * size, n, v, spec.k, rows, experts,
-                                              weights, tiny)) {
-          if (spec.weights == Weights::scores && spec.select.score == Score::softmax)  // over the plan weights
+                                              plan_weights ? weights : MatrixView<T>{}, tiny)) {
+          if (!plan_weights && spec.select.score == Score::softmax)
             V::softmax_score_weights(s.row(i0), s.stride, rows, spec.k, experts, weights);
-          else if (spec.weights == Weights::scores)
+          else if (!plan_weights)
             for (index_t i = i0; i < i0 + rows; ++i) score_weights(i);
         } else {
           for (index_t i = i0; i < i0 + rows; ++i) final_row(i);
@@ -350,6 +340,11 @@ class Sinkhorn {
   }
 
  private:
+  // Tiles of noise a thread holds: a block's, or every row's where there are fewer.
+  static index_t noise_tiles(index_t m, index_t n) {
+    return (std::min(m, CpuTuning::rows_per_block(n)) + V::tile - 1) / V::tile;
+  }
+
   // The next g (math::next_column_potential, or the log-domain update where math::takes_log_update, after
   // hold_kernel() has made b.logk hold K); then gt and v follow. Returns true when h absorbed g, so Q must
   // be recomputed.
