@@ -199,12 +199,15 @@ TEST_CASE("tiles of noise drawn blocks at a time are math::noise_row's, bit for 
   for (const auto& [seed, layer, step, first_row] :
        {std::tuple<std::uint32_t, std::uint32_t, std::uint64_t, std::uint64_t>{1, 0, 0, 0},
         {0xffffffffu, 7, 123456789012345ull, 3},
-        {42, 0xfffffffeu, 0xffffffffull, (1ull << 40) + 1}}) {
+        {42, 0xfffffffeu, 0xffffffffull, (1ull << 40) + 1},
+        {5, 6, 7, ~std::uint64_t{0}}}) {  // the wrap, below
     spec.seed = seed;
     spec.layer = layer;
     spec.step = step;
     spec.first_row = first_row;
     for (const index_t n : {1, 2, 3, 5, 8, 16, 17, 33, 100}) {
+      // The element index wraps past 2^64 within the rows drawn (from its seventh row on), where asked.
+      if (first_row == ~std::uint64_t{0}) spec.first_row = ~std::uint64_t{0} / static_cast<std::uint64_t>(n) - 6;
       for (const index_t rows : {1, 3, 8, 13, 32}) {
         const index_t size = (rows + tile - 1) / tile * tile * n;
         std::vector<double> want(static_cast<std::size_t>(size + 1), 0.0), got(want.size()), row(n);
@@ -242,15 +245,16 @@ TEST_CASE("tiles of noise drawn blocks at a time are math::noise_row's, bit for 
   }
 }
 
-TEMPLATE_TEST_CASE("softmax score weights eight rows at a time are math::score_weights, bit for bit, on every path",
-                   "[simd]", float, double) {
+TEMPLATE_TEST_CASE(
+    "softmax score weights a group of rows at a time are math::score_weights, bit for bit, on every path", "[simd]",
+    float, double) {
   using V = ssr::cpu::Simd<TestType>;
   namespace cost_tiles = ssr::cpu::cost_tiles;
   std::mt19937 gen(6);
   std::normal_distribution<double> normal;
   const index_t n = 12, stride = 14;
   for (int k = 1; k <= V::tile_k; ++k) {
-    for (index_t rows : {index_t{1}, index_t{8}, index_t{13}, index_t{32}}) {
+    for (index_t rows : {index_t{1}, index_t{8}, index_t{13}, index_t{32}, index_t{45}}) {
       for (double scale : {1.0, 30.0, 1e30}) {  // weights that underflow to 0 beside 1
         std::vector<TestType> s(static_cast<std::size_t>(rows * stride));
         for (auto& e : s) e = static_cast<TestType>(std::min(scale * normal(gen), 1e38));
@@ -276,14 +280,15 @@ TEMPLATE_TEST_CASE("softmax score weights eight rows at a time are math::score_w
       }
     }
   }
-  // Each path and width, for two lists (k = 2, 8) of one tile: against the one-lane form.
-  alignas(64) double logit[8 * V::tile];
+  // Each path and width, for two lists (k = 2, 8) of weight_rows rows: against the one-lane form.
+  constexpr index_t rows = cost_tiles::weight_rows;
+  alignas(64) double logit[8 * rows];
   for (auto& e : logit) e = 30 * normal(gen);
-  alignas(64) TestType one[8 * V::tile], other[8 * V::tile];
+  alignas(64) TestType one[8 * rows], other[8 * rows];
   for (int k : {2, 8}) {
     [[maybe_unused]] const auto same = [&](const char* path) {
       INFO(path << " k " << k);
-      REQUIRE(std::memcmp(one, other, sizeof(TestType) * static_cast<std::size_t>(k * V::tile)) == 0);
+      REQUIRE(std::memcmp(one, other, sizeof(TestType) * static_cast<std::size_t>(k * rows)) == 0);
     };
     cost_tiles::softmax_weights_in_lanes<TestType, 1>(logit, k, one);
 #if defined(SSR_VECTOR_EXTENSIONS)

@@ -6,7 +6,7 @@
 // definitions' operations on its row in their order (the softmax's sum adds the columns in order; its exp
 // is math::exp, whose formula is written over lanes too), so every width and path gives the definitions'
 // bits. No product meets a sum outside math::exp's own fused steps: nothing else can be fused. The same
-// machinery takes the softmax score weights of eight rows at a time (softmax_weights).
+// machinery takes the softmax score weights of 32 rows at a time (softmax_weights).
 #pragma once
 
 #include <cmath>
@@ -167,35 +167,48 @@ SSR_LANES_INLINE void costs_in_lanes(const T* s, index_t n, index_t count, const
   }
 }
 
-// Softmax score weights of a tile's rows, a row a lane, in vectors of L doubles: math::score_weights for
+// Rows softmax_weights takes at once (Simd::group_rows): four tiles' exps are independent chains whose
+// latencies overlap (one tile at a time waited on each exp's and each quotient's latency).
+constexpr index_t weight_rows = 4 * tile;
+
+// Softmax score weights of weight_rows rows, a row a lane, in vectors of L doubles: math::score_weights for
 // softmax scores (math::softmax_weights of the chosen experts' logits) of k <= tile experts, from
-// logit[r * tile + q], the r-th chosen expert's logit of row q, into weight[r * tile + q]. The same
-// operations in each lane as the definition on its row: top = max_r, e_r = exp(v_r - top) (exp(0) is 1
-// exactly, as the definition takes it), sum in r's order, w_r = e_r / sum. k at run time: one copy of the
-// loops, not one a k.
+// logit[r * weight_rows + q], the r-th chosen expert's logit of row q, into weight[r * weight_rows + q].
+// The same operations in each lane as the definition on its row: top = max_r, e_r = exp(v_r - top) (exp(0)
+// is 1 exactly, as the definition takes it), sum in r's order, w_r = e_r / sum. k at run time: one copy of
+// the loops, not one a k.
 template <class T, int L>
 SSR_LANES_INLINE void softmax_weights_in_lanes(const double* logit, int k, T* weight) {
   using D = typename Lanes<L>::Double;
   using U = typename Lanes<L>::Bits;
-  constexpr index_t per = tile / L;
-  const int count = k < int{tile} ? k : int{tile};  // k <= tile: told to the compiler, which bounds v by it
+  constexpr index_t per = weight_rows / L;          // vectors a list entry
+  const int count = k < int{tile} ? k : int{tile};  // k <= tile: told to the compiler
+  alignas(64) double e[tile * weight_rows];         // the exps, as logit
+  D top[per], sum[per], v;
   for (index_t h = 0; h < per; ++h) {
-    D v[tile], top = D{} - std::numeric_limits<double>::infinity(), sum = D{};
-    for (int r = 0; r < count; ++r) {
-      std::memcpy(&v[r], logit + r * tile + h * L, sizeof(D));
-      top = top < v[r] ? v[r] : top;  // std::max(top, v)
+    top[h] = D{} - std::numeric_limits<double>::infinity();
+    sum[h] = D{};
+  }
+  for (int r = 0; r < count; ++r)
+    for (index_t h = 0; h < per; ++h) {
+      std::memcpy(&v, logit + r * weight_rows + h * L, sizeof v);
+      top[h] = top[h] < v ? v : top[h];  // std::max(top, v)
     }
-    for (int r = 0; r < count; ++r) {
-      math::exp_of<D, U>(v[r] - top, v[r], FusedLanes<L>{});
-      sum += v[r];
+  for (int r = 0; r < count; ++r)
+    for (index_t h = 0; h < per; ++h) {
+      std::memcpy(&v, logit + r * weight_rows + h * L, sizeof v);
+      math::exp_of<D, U>(v - top[h], v, FusedLanes<L>{});
+      std::memcpy(e + r * weight_rows + h * L, &v, sizeof v);
+      sum[h] += v;
     }
-    for (int r = 0; r < count; ++r) {
-      const D w = v[r] / sum;
+  for (int r = 0; r < count; ++r)
+    for (index_t h = 0; h < per; ++h) {
+      std::memcpy(&v, e + r * weight_rows + h * L, sizeof v);
+      const D w = v / sum[h];
       double d[L];
       std::memcpy(d, &w, sizeof d);
-      for (int l = 0; l < L; ++l) weight[r * tile + h * L + l] = static_cast<T>(d[l]);
+      for (int l = 0; l < L; ++l) weight[r * weight_rows + h * L + l] = static_cast<T>(d[l]);
     }
-  }
 }
 
 #if defined(SSR_DISPATCH_AVX2)

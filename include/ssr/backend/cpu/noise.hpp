@@ -10,6 +10,7 @@
 // fill half an AVX-512 vector at n = 16.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -73,59 +74,90 @@ struct SqrtAvx512 {
 
 constexpr index_t tile = 8;  // rows a tile (Simd<T>::tile)
 
-// z[(r / tile * n + j) * tile + r % tile] = math::noise_value(spec, row0 + r, n, j) for r < rows and j < n
-// (one run of the stream: the rows' elements follow each other), L blocks of four at a time; a last,
-// partial tile's other rows are zeros.
+// The four normals of each of L lanes' blocks, times alpha * sigma (a function, not a lambda: a lambda's body
+// is compiled for the build's own target, not the path's).
+template <int L, class Sqrt>
+SSR_LANES_INLINE void draw(const RouteSpec& spec, const typename Lanes<L>::Bits& block,
+                           typename Lanes<L>::Double (&normal)[4], const Sqrt& sqrt) {
+  using D = typename Lanes<L>::Double;
+  using U = typename Lanes<L>::Bits;
+  const std::uint64_t mask = 0xffffffffu;
+  // Philox4x32-10: counter (block, step), key (seed, layer), as random::draw.
+  U c0 = block & mask, c1 = block >> 32, c2 = U{} + (spec.step & mask), c3 = U{} + (spec.step >> 32);
+  std::uint32_t k0 = spec.seed, k1 = spec.layer;
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) {  // the key's bump between rounds
+      k0 += PHILOX_W32_0;
+      k1 += PHILOX_W32_1;
+    }
+    const U p0 = c0 * PHILOX_M4x32_0, p1 = c2 * PHILOX_M4x32_1;
+    const U next0 = (p1 >> 32) ^ c1 ^ k0, next2 = (p0 >> 32) ^ c3 ^ k1;
+    c1 = p1 & mask;
+    c3 = p0 & mask;
+    c0 = next0;
+    c2 = next2;
+  }
+  // random::uniform_open of each word: (w + 0.5) / 2^32, w as a double through 2^52's low bits.
+  D u[4];
+  const U words[4] = {c0, c1, c2, c3};
+  for (int w = 0; w < 4; ++w) {
+    const U bits = words[w] | 0x4330000000000000ull;
+    std::memcpy(&u[w], &bits, sizeof bits);
+    u[w] = ((u[w] - 4503599627370496.0) + 0.5) * (1.0 / 4294967296.0);
+  }
+  math::normal_pair_of<D, U>(u[0], u[1], normal[0], normal[1], cost_tiles::FusedLanes<L>{}, sqrt);
+  math::normal_pair_of<D, U>(u[2], u[3], normal[2], normal[3], cost_tiles::FusedLanes<L>{}, sqrt);
+  const double scale = spec.noise_alpha * spec.noise_sigma;
+  for (int w = 0; w < 4; ++w) normal[w] = scale * normal[w];
+}
+
+// z[(r / tile * n + j) * tile + r % tile] = math::noise_value(spec, row0 + r, n, j) for r < rows and j < n,
+// L blocks of four at a time; a last, partial tile's other rows are zeros. Where every row starts a block
+// (n a multiple of 4), lane l takes row r0 + l's block at columns [j, j + 4): word w of the L lanes is then
+// column j + w of L consecutive rows, one vector in the tiles. Else the blocks follow each other in the
+// stream (one run of it: the rows' elements follow each other) and each element goes to its place.
 template <int L, class Sqrt>
 SSR_LANES_INLINE void tiles_in_lanes(const RouteSpec& spec, index_t row0, index_t rows, index_t n, double* z,
                                      const Sqrt& sqrt) {
   using D = typename Lanes<L>::Double;
   using U = typename Lanes<L>::Bits;
-  const double scale = spec.noise_alpha * spec.noise_sigma;
-  const std::uint64_t e0 = math::element_index(spec, row0, n, 0),
-                      e1 = e0 + static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(n);
-  const std::uint64_t mask = 0xffffffffu;
+  const std::uint64_t e0 = math::element_index(spec, row0, n, 0);
   std::uint64_t lanes_from_0[L];
   for (int l = 0; l < L; ++l) lanes_from_0[l] = static_cast<std::uint64_t>(l);
   U lane_of;
   std::memcpy(&lane_of, lanes_from_0, sizeof lane_of);
+  D normal[4];
+  if (n % 4 == 0 && tile % L == 0) {  // rows of whole blocks (e0 = (first_row + row0) n is a multiple of 4)
+    const auto un = static_cast<std::uint64_t>(n);
+    for (index_t r0 = 0; r0 < (rows + tile - 1) / tile * tile; r0 += L) {  // whole tiles
+      double* at = z + (r0 / tile * n) * tile + r0 % tile;                 // column 0 of rows [r0, r0 + L)
+      const U first = (lane_of + (spec.first_row + static_cast<std::uint64_t>(row0 + r0))) * un;  // element index
+      const auto real = lane_of + static_cast<std::uint64_t>(r0) < U{} + static_cast<std::uint64_t>(rows);
+      for (index_t j = 0; j < n; j += 4) {
+        draw<L>(spec, (first + static_cast<std::uint64_t>(j)) >> 2, normal, sqrt);  // wrapping as the stream's
+        for (int w = 0; w < 4; ++w) {
+          if (r0 + L > rows) normal[w] = real ? normal[w] : D{};  // rows past the last: zeros
+          std::memcpy(at + (j + w) * tile, &normal[w], sizeof(D));
+        }
+      }
+    }
+    return;
+  }
+  // Blocks from e0's (its element `skip` of it), as many as hold the rows; a block's index is its first
+  // element's over 4, so the stream wraps at 2^62 blocks as its 64-bit element index does at 2^64.
+  const std::uint64_t skip = e0 & 3u, count = static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(n),
+                      blocks = (skip + count + 3) / 4, last_block = (std::uint64_t{1} << 62) - 1;
   index_t r = 0, j = 0;  // the row and column of the next element to write
   double* row = z;       // where row r's column 0 lies
-  for (std::uint64_t b0 = e0 >> 2; b0 * 4 < e1; b0 += L) {
-    // Philox4x32-10: counter (block, step), key (seed, layer), as random::draw.
-    const U block = lane_of + b0;
-    U c0 = block & mask, c1 = block >> 32, c2 = U{} + (spec.step & mask), c3 = U{} + (spec.step >> 32);
-    std::uint32_t k0 = spec.seed, k1 = spec.layer;
-    for (int round = 0; round < 10; ++round) {
-      if (round > 0) {  // the key's bump between rounds
-        k0 += PHILOX_W32_0;
-        k1 += PHILOX_W32_1;
-      }
-      const U p0 = c0 * PHILOX_M4x32_0, p1 = c2 * PHILOX_M4x32_1;
-      const U next0 = (p1 >> 32) ^ c1 ^ k0, next2 = (p0 >> 32) ^ c3 ^ k1;
-      c1 = p1 & mask;
-      c3 = p0 & mask;
-      c0 = next0;
-      c2 = next2;
-    }
-    // random::uniform_open of each word: (w + 0.5) / 2^32, w as a double through 2^52's low bits.
-    D u[4];
-    const U words[4] = {c0, c1, c2, c3};
-    for (int w = 0; w < 4; ++w) {
-      const U bits = words[w] | 0x4330000000000000ull;
-      std::memcpy(&u[w], &bits, sizeof bits);
-      u[w] = ((u[w] - 4503599627370496.0) + 0.5) * (1.0 / 4294967296.0);
-    }
-    D normal[4];
-    math::normal_pair_of<D, U>(u[0], u[1], normal[0], normal[1], cost_tiles::FusedLanes<L>{}, sqrt);
-    math::normal_pair_of<D, U>(u[2], u[3], normal[2], normal[3], cost_tiles::FusedLanes<L>{}, sqrt);
+  for (std::uint64_t b = 0; b < blocks; b += L) {
+    draw<L>(spec, (lane_of + ((e0 >> 2) + b)) & last_block, normal, sqrt);
     double value[4][L];
     std::memcpy(value, normal, sizeof value);
-    // Element e = 4 (b0 + l) + w of the stream is value[w][l]; the rows' take theirs, in order.
-    const std::uint64_t from = e0 > 4 * b0 ? e0 : 4 * b0, to = e1 < 4 * (b0 + L) ? e1 : 4 * (b0 + L);
-    for (std::uint64_t e = from; e < to; ++e) {
-      const std::uint64_t at = e - 4 * b0;
-      row[j * tile] = scale * value[at & 3u][at >> 2];
+    // Element `at` of these L blocks (4 l + w) is value[w][l], the element 4 b + at - skip from e0's; the
+    // rows' take theirs, in order.
+    const std::uint64_t from = b == 0 ? skip : 0, to = std::min<std::uint64_t>(4 * L, skip + count - 4 * b);
+    for (std::uint64_t at = from; at < to; ++at) {
+      row[j * tile] = value[at & 3u][at >> 2];
       if (++j == n) {
         j = 0;
         ++r;

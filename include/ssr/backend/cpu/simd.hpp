@@ -384,23 +384,24 @@ struct Simd {
   }
 
   // math::score_weights for softmax scores of `rows` rows of s (row stride `stride`) and their chosen
-  // experts, into weights: eight rows at a time, a row a lane, in double (cost_tiles::softmax_weights), the
-  // definition's bits. k in [1, tile_k].
+  // experts, into weights: a group's rows at a time, a row a lane, in double (cost_tiles::softmax_weights),
+  // the definition's bits. k in [1, tile_k].
   static void softmax_score_weights(const T* s, index_t stride, index_t rows, int k,
                                     MatrixView<const std::int32_t> experts, MatrixView<T> weights) {
     static_assert(tile_k <= cost_tiles::tile, "a lane's list fits softmax_weights' vectors");
-    alignas(64) double logit[tile_k * tile];  // the r-th chosen logit of row q at r * tile + q
-    alignas(64) T weight[tile_k * tile];
-    for (index_t q0 = 0; q0 < rows; q0 += tile) {
-      const index_t in_tile = std::min<index_t>(tile, rows - q0);
+    constexpr index_t at_once = cost_tiles::weight_rows;
+    alignas(64) double logit[tile_k * at_once];  // the r-th chosen logit of row q at r * at_once + q
+    alignas(64) T weight[tile_k * at_once];
+    for (index_t q0 = 0; q0 < rows; q0 += at_once) {
+      const index_t here = std::min<index_t>(at_once, rows - q0);
       for (int r = 0; r < k; ++r)
-        for (index_t q = 0; q < tile; ++q) {
-          const index_t i = q0 + std::min(q, in_tile - 1);  // a partial tile repeats its last row
-          logit[index_t{r} * tile + q] = static_cast<double>(s[i * stride + experts(i, r)]);
+        for (index_t q = 0; q < at_once; ++q) {
+          const index_t i = q0 + std::min(q, here - 1);  // past the last row: the last row again
+          logit[index_t{r} * at_once + q] = static_cast<double>(s[i * stride + experts(i, r)]);
         }
       cost_tiles::softmax_weights<T>(logit, k, weight);
-      for (index_t q = 0; q < in_tile; ++q)
-        for (int r = 0; r < k; ++r) weights(q0 + q, r) = weight[index_t{r} * tile + q];
+      for (index_t q = 0; q < here; ++q)
+        for (int r = 0; r < k; ++r) weights(q0 + q, r) = weight[index_t{r} * at_once + q];
     }
   }
 
