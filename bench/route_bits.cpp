@@ -76,7 +76,8 @@ int main() {
                   ssr::CpuBackend<float>(threads));
               router.route({s.data(), rows, n}, ctx,
                            {{experts.data(), rows, k}, {weights.data(), rows, k}, {}, {}, {noise.data(), rows, n}});
-              router.route({s.data(), rows, n}, ctx, {{tiles_experts.data(), rows, k}, {tiles_weights.data(), rows, k}});
+              router.route({s.data(), rows, n}, ctx,
+                           {{tiles_experts.data(), rows, k}, {tiles_weights.data(), rows, k}});
             } else {
               ssr::Router<ssr::NoisyCost<ssr::SinkhornTopK>, ssr::CpuBackend<float>> router(
                   ssr::NoisyCost<ssr::SinkhornTopK>(ssr::SinkhornTopK(k, cost, {xi, 1e-6, 100}, form), 0.8, 1.0),
@@ -87,7 +88,8 @@ int main() {
                                    {},
                                    {plan.data(), rows, n},
                                    {noise.data(), rows, n}});
-              router.route({s.data(), rows, n}, ctx, {{tiles_experts.data(), rows, k}, {tiles_weights.data(), rows, k}});
+              router.route({s.data(), rows, n}, ctx,
+                           {{tiles_experts.data(), rows, k}, {tiles_weights.data(), rows, k}});
             }
             std::uint64_t h = 1469598103934665603ull;
             h = hash(hash(hash(hash(hash(hash(h, experts), weights), plan), noise), tiles_experts), tiles_weights);

@@ -108,7 +108,7 @@ SSR_LANES_INLINE void draw(const RouteSpec& spec, const typename Lanes<L>::Bits&
   math::normal_pair_of<D, U>(u[0], u[1], normal[0], normal[1], cost_tiles::FusedLanes<L>{}, sqrt);
   math::normal_pair_of<D, U>(u[2], u[3], normal[2], normal[3], cost_tiles::FusedLanes<L>{}, sqrt);
   const double scale = spec.noise_alpha * spec.noise_sigma;
-  for (int w = 0; w < 4; ++w) normal[w] = scale * normal[w];
+  for (auto& v : normal) v = scale * v;
 }
 
 // z[(r / tile * n + j) * tile + r % tile] = math::noise_value(spec, row0 + r, n, j) for r < rows and j < n,
@@ -155,7 +155,8 @@ SSR_LANES_INLINE void tiles_in_lanes(const RouteSpec& spec, index_t row0, index_
     std::memcpy(value, normal, sizeof value);
     // Element `at` of these L blocks (4 l + w) is value[w][l], the element 4 b + at - skip from e0's; the
     // rows' take theirs, in order.
-    const std::uint64_t from = b == 0 ? skip : 0, to = std::min<std::uint64_t>(4 * L, skip + count - 4 * b);
+    const std::uint64_t from = b == 0 ? skip : 0,
+                        to = std::min<std::uint64_t>(std::uint64_t{4} * L, skip + count - 4 * b);
     for (std::uint64_t at = from; at < to; ++at) {
       row[j * tile] = value[at & 3u][at >> 2];
       if (++j == n) {

@@ -13,12 +13,12 @@
 // With a communicator, the column sums (and a log-domain column's maximum and sum) are reduced over the
 // ranks that share the problem, exactly (detail::sum_over_ranks), so every rank takes the same steps.
 // The setup builds K and Q a tile at a time (from the logits by columns, in float or double; with noise, a
-// block's drawn at once into tiles, in double) and makes the first pass on the way. The float kernel is built in Q's place and exponentiated
-// there, so K is never written out: the steps that read K again, all rare (absorption, rows and columns
-// redone in the log domain), build it again from the logits, the same bits. The final plan, top-k and
-// weights are the last pass's t / r, from Q and v without exp, except for rows whose chosen experts' Q
-// underflowed, which are redone in the log domain. The float kernel's setup also tells whether every
-// logit it read was finite, so the backend need not scan them beforehand
+// block's drawn at once into tiles, in double) and makes the first pass on the way. The float kernel is
+// built in Q's place and exponentiated there, so K is never written out: the steps that read K again, all
+// rare (absorption, rows and columns redone in the log domain), build it again from the logits, the same
+// bits. The final plan, top-k and weights are the last pass's t / r, from Q and v without exp, except for
+// rows whose chosen experts' Q underflowed, which are redone in the log domain. The float kernel's setup
+// also tells whether every logit it read was finite, so the backend need not scan them beforehand
 // (CpuBackend::checks_while_routing).
 #pragma once
 
