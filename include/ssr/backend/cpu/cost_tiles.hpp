@@ -38,48 +38,6 @@ struct Spec {
   double bound;
 };
 
-// L lanes of doubles and of their bits, declared outside any template (a vector type whose width depends on
-// a template's argument loses its width where it is itself a template's argument, as in math::exp_of's).
-template <int L>
-struct Lanes;
-template <>
-struct Lanes<1> {
-  using Double = double;
-  using Bits = std::uint64_t;
-};
-#if defined(SSR_VECTOR_EXTENSIONS)
-template <>
-struct Lanes<2> {
-  typedef double Double __attribute__((vector_size(16)));       // NOLINT(modernize-use-using)
-  typedef std::uint64_t Bits __attribute__((vector_size(16)));  // NOLINT(modernize-use-using)
-};
-template <>
-struct Lanes<4> {
-  typedef double Double __attribute__((vector_size(32)));       // NOLINT(modernize-use-using)
-  typedef std::uint64_t Bits __attribute__((vector_size(32)));  // NOLINT(modernize-use-using)
-};
-template <>
-struct Lanes<8> {
-  typedef double Double __attribute__((vector_size(64)));       // NOLINT(modernize-use-using)
-  typedef std::uint64_t Bits __attribute__((vector_size(64)));  // NOLINT(modernize-use-using)
-};
-#endif
-
-// y = a * b + c rounded once in each of L lanes (std::fma a lane: one instruction a vector where the target
-// has FMA), for math::exp_of.
-template <int L>
-struct FusedLanes {
-  using D = typename Lanes<L>::Double;
-  SSR_LANES_INLINE void operator()(D& y, const D& a, const D& b, const D& c) const {
-    double y_[L], a_[L], b_[L], c_[L];
-    std::memcpy(a_, &a, sizeof a_);
-    std::memcpy(b_, &b, sizeof b_);
-    std::memcpy(c_, &c, sizeof c_);
-    for (int l = 0; l < L; ++l) y_[l] = std::fma(a_[l], b_[l], c_[l]);
-    std::memcpy(&y, y_, sizeof y_);
-  }
-};
-
 // The cost of `count` tiles of logits s (tiles by columns, n columns each), with the noise z (the same
 // layout, noise::tiles; null: none), in vectors of L doubles. For each row: top = max_j S_ij; the softmax
 // cost's e_j = exp(S_ij - top) and sum = sum_j e_j in order; the shifted cost c_j (S_ij - top, or e_j / sum
@@ -91,8 +49,8 @@ struct FusedLanes {
 template <class T, int L>
 SSR_LANES_INLINE void costs_in_lanes(const T* s, index_t n, index_t count, const Spec& spec, const double* z, double* c,
                                      T* kernel) {
-  using D = typename Lanes<L>::Double;
-  using U = typename Lanes<L>::Bits;
+  using D = typename lanes::Doubles<L>::Double;
+  using U = typename lanes::Doubles<L>::Bits;
   constexpr index_t per = tile / L;  // vectors a column
   const D none = D{} - std::numeric_limits<double>::infinity(), lo = D{} - spec.bound, hi = D{} + spec.bound;
   const D zero = D{}, one = D{} + 1.0;
@@ -139,7 +97,7 @@ SSR_LANES_INLINE void costs_in_lanes(const T* s, index_t n, index_t count, const
         D sum = zero, e;
         for (index_t j = 0; j < n; ++j) {
           widen(column + j * tile, v);
-          math::exp_of<D, U>(v - top, e, FusedLanes<L>{});
+          math::exp_of<D, U>(v - top, e, lanes::Fused<L>{});
           std::memcpy(cost_at + j * tile, &e, sizeof e);
           sum += e;
         }
@@ -179,8 +137,8 @@ constexpr index_t weight_rows = 4 * tile;
 // the loops, not one a k.
 template <class T, int L>
 SSR_LANES_INLINE void softmax_weights_in_lanes(const double* logit, int k, T* weight) {
-  using D = typename Lanes<L>::Double;
-  using U = typename Lanes<L>::Bits;
+  using D = typename lanes::Doubles<L>::Double;
+  using U = typename lanes::Doubles<L>::Bits;
   constexpr index_t per = weight_rows / L;          // vectors a list entry
   const int count = k < int{tile} ? k : int{tile};  // k <= tile: told to the compiler
   alignas(64) double e[tile * weight_rows];         // the exps, as logit
@@ -197,7 +155,7 @@ SSR_LANES_INLINE void softmax_weights_in_lanes(const double* logit, int k, T* we
   for (int r = 0; r < count; ++r)
     for (index_t h = 0; h < per; ++h) {
       std::memcpy(&v, logit + r * weight_rows + h * L, sizeof v);
-      math::exp_of<D, U>(v - top[h], v, FusedLanes<L>{});
+      math::exp_of<D, U>(v - top[h], v, lanes::Fused<L>{});
       std::memcpy(e + r * weight_rows + h * L, &v, sizeof v);
       sum[h] += v;
     }

@@ -1,7 +1,8 @@
 // What the CPU backend's vector code written over GNU vectors (exp.hpp, pass.hpp, topk.hpp, columns.hpp,
-// finite.hpp) builds on: whether the compiler has vector extensions, the widest vector the build compiles
-// to one register, and the AVX2 and AVX-512 paths that a baseline x86-64 build (SSE2) takes at run time
-// where the processor has them; any_lane, which reads a comparison's lanes; and prefetch.
+// cost_tiles.hpp, noise.hpp, finite.hpp) builds on: whether the compiler has vector extensions, the widest
+// vector the build compiles to one register, and the AVX2 and AVX-512 paths that a baseline x86-64 build
+// (SSE2) takes at run time where the processor has them; any_lane, which reads a comparison's lanes;
+// vectors of doubles with a lane-wise fused multiply-add; and prefetch.
 //
 // Such code declares its vector types inside each function (SSR_LANES), passes no vector to a function
 // (one crossing a function boundary in a build without its registers changes the ABI), and its functions
@@ -12,6 +13,7 @@
 // FMA, or AVX-512.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -172,6 +174,48 @@ SSR_LANES_INLINE bool any_lane(const Mask& m) {
     return any_bit(m);
   }
 }
+
+// L lanes of doubles and of their bits, declared outside any template (a vector type whose width depends on
+// a template's argument loses its width where it is itself a template's argument, as in math::exp_of's).
+template <int L>
+struct Doubles;
+template <>
+struct Doubles<1> {
+  using Double = double;
+  using Bits = std::uint64_t;
+};
+#if defined(SSR_VECTOR_EXTENSIONS)
+template <>
+struct Doubles<2> {
+  typedef double Double __attribute__((vector_size(16)));       // NOLINT(modernize-use-using)
+  typedef std::uint64_t Bits __attribute__((vector_size(16)));  // NOLINT(modernize-use-using)
+};
+template <>
+struct Doubles<4> {
+  typedef double Double __attribute__((vector_size(32)));       // NOLINT(modernize-use-using)
+  typedef std::uint64_t Bits __attribute__((vector_size(32)));  // NOLINT(modernize-use-using)
+};
+template <>
+struct Doubles<8> {
+  typedef double Double __attribute__((vector_size(64)));       // NOLINT(modernize-use-using)
+  typedef std::uint64_t Bits __attribute__((vector_size(64)));  // NOLINT(modernize-use-using)
+};
+#endif
+
+// y = a * b + c rounded once in each of L lanes (std::fma a lane: one instruction a vector where the target
+// has FMA), for the formulas written once over doubles and vectors of them (math::exp_of, math::normal_pair_of).
+template <int L>
+struct Fused {
+  using D = typename Doubles<L>::Double;
+  SSR_LANES_INLINE void operator()(D& y, const D& a, const D& b, const D& c) const {
+    double y_[L], a_[L], b_[L], c_[L];
+    std::memcpy(a_, &a, sizeof a_);
+    std::memcpy(b_, &b, sizeof b_);
+    std::memcpy(c_, &c, sizeof c_);
+    for (int l = 0; l < L; ++l) y_[l] = std::fma(a_[l], b_[l], c_[l]);
+    std::memcpy(&y, y_, sizeof y_);
+  }
+};
 
 // Asks for the cache line at p to be read into the nearest cache ahead of its use (no fault, no effect on
 // any value); nothing where the compiler has no such builtin.

@@ -15,7 +15,6 @@
 #include <cstdint>
 #include <cstring>
 
-#include "ssr/backend/cpu/cost_tiles.hpp"
 #include "ssr/backend/cpu/lanes.hpp"
 #include "ssr/math/noise.hpp"
 #include "ssr/math/normal_pair.hpp"
@@ -32,13 +31,10 @@ namespace cpu {
 namespace noise {
 inline namespace SSR_LANES_NAMESPACE {
 
-template <int L>
-using Lanes = cost_tiles::Lanes<L>;
-
 // y = sqrt(x) in each of L lanes (std::sqrt a lane: correctly rounded everywhere).
 template <int L>
 struct SqrtLanes {
-  using D = typename Lanes<L>::Double;
+  using D = typename lanes::Doubles<L>::Double;
   SSR_LANES_INLINE void operator()(D& y, const D& x) const {
     double a[L];
     std::memcpy(a, &x, sizeof a);
@@ -50,37 +46,44 @@ struct SqrtLanes {
 // always-inlined formula calls (an intrinsic needs a caller compiled for its target); the compiler may inline
 // them once the formula sits in the path's function.
 #if defined(SSR_DISPATCH_AVX2)
-SSR_TARGET_AVX2_FMA inline void sqrt_avx2(Lanes<4>::Double& y, const Lanes<4>::Double& x) {
+SSR_TARGET_AVX2_FMA inline void sqrt_avx2(lanes::Doubles<4>::Double& y, const lanes::Doubles<4>::Double& x) {
   __m256d v;
   std::memcpy(&v, &x, sizeof v);
   v = _mm256_sqrt_pd(v);
   std::memcpy(&y, &v, sizeof v);
 }
 struct SqrtAvx2 {
-  SSR_LANES_INLINE void operator()(Lanes<4>::Double& y, const Lanes<4>::Double& x) const { sqrt_avx2(y, x); }
+  SSR_LANES_INLINE void operator()(lanes::Doubles<4>::Double& y, const lanes::Doubles<4>::Double& x) const {
+    sqrt_avx2(y, x);
+  }
 };
 #endif
 #if defined(SSR_DISPATCH_AVX512)
-SSR_TARGET_AVX512_FMA inline void sqrt_avx512(Lanes<8>::Double& y, const Lanes<8>::Double& x) {
+SSR_TARGET_AVX512_FMA inline void sqrt_avx512(lanes::Doubles<8>::Double& y, const lanes::Doubles<8>::Double& x) {
   __m512d v;
   std::memcpy(&v, &x, sizeof v);
   v = _mm512_mask_sqrt_pd(v, 0xff, v);  // every lane (_mm512_sqrt_pd reads an undefined vector: GCC 12 warns)
   std::memcpy(&y, &v, sizeof v);
 }
 struct SqrtAvx512 {
-  SSR_LANES_INLINE void operator()(Lanes<8>::Double& y, const Lanes<8>::Double& x) const { sqrt_avx512(y, x); }
+  SSR_LANES_INLINE void operator()(lanes::Doubles<8>::Double& y, const lanes::Doubles<8>::Double& x) const {
+    sqrt_avx512(y, x);
+  }
 };
 #endif
 
 constexpr index_t tile = 8;  // rows a tile (Simd<T>::tile)
 
+// Doubles in the build's widest vector, at most a tile's column (1 without vector extensions).
+constexpr int widest = lanes::widest_lanes<double>(static_cast<int>(tile));
+
 // The four normals of each of L lanes' blocks, times alpha * sigma (a function, not a lambda: a lambda's body
 // is compiled for the build's own target, not the path's).
 template <int L, class Sqrt>
-SSR_LANES_INLINE void draw(const RouteSpec& spec, const typename Lanes<L>::Bits& block,
-                           typename Lanes<L>::Double (&normal)[4], const Sqrt& sqrt) {
-  using D = typename Lanes<L>::Double;
-  using U = typename Lanes<L>::Bits;
+SSR_LANES_INLINE void draw(const RouteSpec& spec, const typename lanes::Doubles<L>::Bits& block,
+                           typename lanes::Doubles<L>::Double (&normal)[4], const Sqrt& sqrt) {
+  using D = typename lanes::Doubles<L>::Double;
+  using U = typename lanes::Doubles<L>::Bits;
   const std::uint64_t mask = 0xffffffffu;
   // Philox4x32-10: counter (block, step), key (seed, layer), as random::draw.
   U c0 = block & mask, c1 = block >> 32, c2 = U{} + (spec.step & mask), c3 = U{} + (spec.step >> 32);
@@ -105,8 +108,8 @@ SSR_LANES_INLINE void draw(const RouteSpec& spec, const typename Lanes<L>::Bits&
     std::memcpy(&u[w], &bits, sizeof bits);
     u[w] = ((u[w] - 4503599627370496.0) + 0.5) * (1.0 / 4294967296.0);
   }
-  math::normal_pair_of<D, U>(u[0], u[1], normal[0], normal[1], cost_tiles::FusedLanes<L>{}, sqrt);
-  math::normal_pair_of<D, U>(u[2], u[3], normal[2], normal[3], cost_tiles::FusedLanes<L>{}, sqrt);
+  math::normal_pair_of<D, U>(u[0], u[1], normal[0], normal[1], lanes::Fused<L>{}, sqrt);
+  math::normal_pair_of<D, U>(u[2], u[3], normal[2], normal[3], lanes::Fused<L>{}, sqrt);
   const double scale = spec.noise_alpha * spec.noise_sigma;
   for (auto& v : normal) v = scale * v;
 }
@@ -119,8 +122,8 @@ SSR_LANES_INLINE void draw(const RouteSpec& spec, const typename Lanes<L>::Bits&
 template <int L, class Sqrt>
 SSR_LANES_INLINE void tiles_in_lanes(const RouteSpec& spec, index_t row0, index_t rows, index_t n, double* z,
                                      const Sqrt& sqrt) {
-  using D = typename Lanes<L>::Double;
-  using U = typename Lanes<L>::Bits;
+  using D = typename lanes::Doubles<L>::Double;
+  using U = typename lanes::Doubles<L>::Bits;
   const std::uint64_t e0 = math::element_index(spec, row0, n, 0);
   std::uint64_t lanes_from_0[L];
   for (int l = 0; l < L; ++l) lanes_from_0[l] = static_cast<std::uint64_t>(l);
@@ -194,7 +197,7 @@ inline void tiles(const RouteSpec& spec, index_t row0, index_t rows, index_t n, 
   if (lanes::has_avx2_fma()) return tiles_avx2(spec, row0, rows, n, z);
 #endif
 #if defined(__FMA__) && defined(SSR_VECTOR_EXTENSIONS)
-  tiles_in_lanes<cost_tiles::widest>(spec, row0, rows, n, z, SqrtLanes<cost_tiles::widest>{});
+  tiles_in_lanes<widest>(spec, row0, rows, n, z, SqrtLanes<widest>{});
 #else
   tiles_in_lanes<1>(spec, row0, rows, n, z, SqrtLanes<1>{});
 #endif
