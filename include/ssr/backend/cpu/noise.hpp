@@ -22,7 +22,7 @@
 #include "ssr/spec.hpp"
 #include "ssr/view.hpp"
 
-#if defined(SSR_DISPATCH_AVX2) || defined(SSR_DISPATCH_AVX512)
+#if defined(SSR_VECTOR_EXTENSIONS) && defined(__SSE2__)
 #include <immintrin.h>
 #endif
 
@@ -31,11 +31,39 @@ namespace cpu {
 namespace noise {
 inline namespace SSR_LANES_NAMESPACE {
 
-// y = sqrt(x) in each of L lanes (std::sqrt a lane: correctly rounded everywhere).
+// y = sqrt(x) in each of L lanes, correctly rounded everywhere: one instruction where the build's own
+// target has it for L doubles, else std::sqrt a lane.
 template <int L>
 struct SqrtLanes {
   using D = typename lanes::Doubles<L>::Double;
   SSR_LANES_INLINE void operator()(D& y, const D& x) const {
+#if defined(SSR_VECTOR_EXTENSIONS) && defined(__AVX512F__)
+    if constexpr (L == 8) {
+      __m512d v;
+      std::memcpy(&v, &x, sizeof v);
+      v = _mm512_mask_sqrt_pd(v, 0xff, v);  // every lane (as sqrt_avx512 below)
+      std::memcpy(&y, &v, sizeof v);
+      return;
+    }
+#endif
+#if defined(SSR_VECTOR_EXTENSIONS) && defined(__AVX__)
+    if constexpr (L == 4) {
+      __m256d v;
+      std::memcpy(&v, &x, sizeof v);
+      v = _mm256_sqrt_pd(v);
+      std::memcpy(&y, &v, sizeof v);
+      return;
+    }
+#endif
+#if defined(SSR_VECTOR_EXTENSIONS) && defined(__SSE2__)
+    if constexpr (L == 2) {
+      __m128d v;
+      std::memcpy(&v, &x, sizeof v);
+      v = _mm_sqrt_pd(v);
+      std::memcpy(&y, &v, sizeof v);
+      return;
+    }
+#endif
     double a[L];
     std::memcpy(a, &x, sizeof a);
     for (int l = 0; l < L; ++l) a[l] = std::sqrt(a[l]);
@@ -187,8 +215,8 @@ SSR_TARGET_AVX512_FMA inline void tiles_avx512(const RouteSpec& spec, index_t ro
 #endif
 
 // The noise of `rows` rows from row0 into tiles (see tiles_in_lanes) on the widest path this processor runs;
-// a build with FMA of its own takes its widest vectors (a square root a lane); without FMA, one lane (the
-// formula's std::fma a call each, exact but slow).
+// a build with FMA of its own takes its widest vectors; without FMA, one lane (the formula's std::fma a
+// call each, exact but slow).
 inline void tiles(const RouteSpec& spec, index_t row0, index_t rows, index_t n, double* z) {
 #if defined(SSR_DISPATCH_AVX512)
   if (lanes::has_avx512()) return tiles_avx512(spec, row0, rows, n, z);
