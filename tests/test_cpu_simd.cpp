@@ -9,6 +9,7 @@
 #include <ssr/math/numeric.hpp>
 #include <ssr/math/topk.hpp>
 #include <ssr/math/weights.hpp>
+#include <ssr/router.hpp>
 
 #include <algorithm>
 #include <array>
@@ -900,6 +901,63 @@ TEMPLATE_TEST_CASE("a tile's chosen value not above the bound is found in any li
         }
         value[r][q] = kept;
       }
+    }
+  }
+}
+
+// Non-finite logits in an unchecked call promise no particular experts (docs/hardening.md); the CPU
+// backend's tiles never choose a NaN cost (as its plain softmax top-k never chooses a NaN logit), and one
+// row's NaN changes no other row.
+TEST_CASE(
+    "an unchecked noisy softmax top-k ranks a row with a NaN logit by its other costs, its group's other "
+    "rows as a finite call does",
+    "[simd]") {
+  const index_t m = 40, n = 16;  // a group of 32 rows and a partial one
+  const int k = 2;
+  std::mt19937 gen(9);
+  std::normal_distribution<double> normal(0.0, 3.0);
+  std::vector<float> s(static_cast<std::size_t>(m * n));
+  for (auto& e : s) e = static_cast<float>(normal(gen));
+  const ssr::NoisyCost<ssr::SoftmaxTopK> policy(ssr::SoftmaxTopK(k), 0.8, 1.0);
+  ssr::Router<ssr::NoisyCost<ssr::SoftmaxTopK>, ssr::CpuBackend<float>> router(policy, ssr::CpuBackend<float>(1));
+  const ssr::Context ctx = ssr::Context::train(3, 1, 2);
+  std::vector<std::int32_t> want(static_cast<std::size_t>(m * k)), got(want.size());
+  std::vector<float> want_w(want.size()), got_w(want.size());
+  router.route({s.data(), m, n}, ctx, {{want.data(), m, k}, {want_w.data(), m, k}});
+  const index_t bad_row = 9;
+  for (const index_t bad_column : {index_t{0}, index_t{4}, n - 1}) {
+    auto bad = s;
+    bad[static_cast<std::size_t>(bad_row * n + bad_column)] = std::numeric_limits<float>::quiet_NaN();
+    router.route({bad.data(), m, n}, ctx, {{got.data(), m, k}, {got_w.data(), m, k}},
+                 decltype(router)::options_type{}.unchecked());
+    INFO("NaN at column " << bad_column);
+    for (index_t i = 0; i < m; ++i) {
+      if (i == bad_row) continue;
+      for (int r = 0; r < k; ++r) {
+        REQUIRE(got[static_cast<std::size_t>(i * k + r)] == want[static_cast<std::size_t>(i * k + r)]);
+        REQUIRE(got_w[static_cast<std::size_t>(i * k + r)] == want_w[static_cast<std::size_t>(i * k + r)]);
+      }
+    }
+    // The row: math::topk over math::cost_row's values with its noise, the NaN one left out, and
+    // math::score_weights.
+    const ssr::RouteSpec spec = policy.resolve(ctx);
+    std::vector<double> z(static_cast<std::size_t>(n)), x(static_cast<std::size_t>(n));
+    ssr::math::noise_row(spec, bad_row, n, z.data());
+    const float* row = bad.data() + bad_row * n;
+    ssr::math::cost_row<float>(
+        n, spec.cost, [row](index_t j) { return row[j]; }, z.data(), x.data());
+    REQUIRE(std::isnan(x[static_cast<std::size_t>(bad_column)]));
+    x[static_cast<std::size_t>(bad_column)] = -std::numeric_limits<double>::infinity();
+    std::vector<std::int32_t> experts(static_cast<std::size_t>(k));
+    ssr::math::topk(n, k, experts.data(), [&x](index_t j) { return x[static_cast<std::size_t>(j)]; });
+    std::vector<float> weights(static_cast<std::size_t>(k));
+    ssr::math::score_weights(
+        ssr::Score::softmax, k, [&](int r) { return row[experts[static_cast<std::size_t>(r)]]; },
+        [&](int r, double w) { weights[static_cast<std::size_t>(r)] = static_cast<float>(w); });
+    for (int r = 0; r < k; ++r) {
+      REQUIRE(got[static_cast<std::size_t>(bad_row * k + r)] == experts[static_cast<std::size_t>(r)]);
+      REQUIRE(std::memcmp(&got_w[static_cast<std::size_t>(bad_row * k + r)], &weights[static_cast<std::size_t>(r)],
+                          sizeof(float)) == 0);
     }
   }
 }
