@@ -77,8 +77,9 @@ SSR_LANES_INLINE void costs_in_lanes(const T* s, index_t n, index_t count, const
         top = top < v ? v : top;  // std::max(top, v)
       }
       D shift = lo, cost;
-      // The shifted cost of column j, clamped, with its noise; stored, and into the kernel's shift.
-      const auto finish = [&](const D& value, index_t j) {
+      // The shifted cost of column j, clamped, with its noise; stored, and into the kernel's shift. Inlined
+      // always: a lambda's own body is compiled for the build's target, not the path's.
+      const auto finish = [&](const D& value, index_t j) SSR_LANES_ALWAYS_INLINE {
         D shifted = value < lo ? lo : value;
         shifted = hi < shifted ? hi : shifted;
         if (z) {

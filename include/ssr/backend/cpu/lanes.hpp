@@ -30,9 +30,11 @@
 #if defined(__GNUC__) && !defined(__CUDACC__) && !defined(SSR_NO_VECTOR_EXTENSIONS) && !defined(EIGEN_DONT_VECTORIZE)
 #define SSR_VECTOR_EXTENSIONS 1
 #define SSR_LANES_INLINE __attribute__((always_inline)) inline
+#define SSR_LANES_ALWAYS_INLINE __attribute__((always_inline))  // for a lambda: after its parameters
 #define SSR_LANES_NAMESPACE gnu_vectors
 #else
 #define SSR_LANES_INLINE inline
+#define SSR_LANES_ALWAYS_INLINE
 #define SSR_LANES_NAMESPACE one_lane
 #endif
 // Lanes are shuffled with __builtin_shufflevector where the compiler has it (GCC 12, Clang); code without

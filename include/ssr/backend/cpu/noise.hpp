@@ -22,7 +22,7 @@
 #include "ssr/spec.hpp"
 #include "ssr/view.hpp"
 
-#if defined(SSR_VECTOR_EXTENSIONS) && defined(__SSE2__)
+#if defined(SSR_VECTOR_EXTENSIONS) && (defined(__x86_64__) || defined(__i386__))
 #include <immintrin.h>
 #endif
 
@@ -31,50 +31,35 @@ namespace cpu {
 namespace noise {
 inline namespace SSR_LANES_NAMESPACE {
 
-// y = sqrt(x) in each of L lanes, correctly rounded everywhere: one instruction where the build's own
-// target has it for L doubles, else std::sqrt a lane.
+// y = sqrt(x) in each of L lanes (std::sqrt a lane: correctly rounded everywhere; its errno branch keeps
+// the loop a lane at a time).
 template <int L>
 struct SqrtLanes {
   using D = typename lanes::Doubles<L>::Double;
   SSR_LANES_INLINE void operator()(D& y, const D& x) const {
-#if defined(SSR_VECTOR_EXTENSIONS) && defined(__AVX512F__)
-    if constexpr (L == 8) {
-      __m512d v;
-      std::memcpy(&v, &x, sizeof v);
-      v = _mm512_mask_sqrt_pd(v, 0xff, v);  // every lane (as sqrt_avx512 below)
-      std::memcpy(&y, &v, sizeof v);
-      return;
-    }
-#endif
-#if defined(SSR_VECTOR_EXTENSIONS) && defined(__AVX__)
-    if constexpr (L == 4) {
-      __m256d v;
-      std::memcpy(&v, &x, sizeof v);
-      v = _mm256_sqrt_pd(v);
-      std::memcpy(&y, &v, sizeof v);
-      return;
-    }
-#endif
-#if defined(SSR_VECTOR_EXTENSIONS) && defined(__SSE2__)
-    if constexpr (L == 2) {
-      __m128d v;
-      std::memcpy(&v, &x, sizeof v);
-      v = _mm_sqrt_pd(v);
-      std::memcpy(&y, &v, sizeof v);
-      return;
-    }
-#endif
     double a[L];
     std::memcpy(a, &x, sizeof a);
     for (int l = 0; l < L; ++l) a[l] = std::sqrt(a[l]);
     std::memcpy(&y, a, sizeof a);
   }
 };
-// One vsqrtpd (std::sqrt's loop keeps its errno branch, a lane at a time). Functions of their own, which the
-// always-inlined formula calls (an intrinsic needs a caller compiled for its target); the compiler may inline
-// them once the formula sits in the path's function.
+
+// One vsqrtpd of 4 or 8 doubles: functions of their own, which the always-inlined formula calls (an
+// intrinsic needs a caller compiled for its target; the compiler may inline them once the formula sits in
+// the path's function). Compiled for AVX2 or AVX-512 where a baseline build takes those paths at run time,
+// and as the build's own code where its target has the instruction (a native build's widest vectors).
 #if defined(SSR_DISPATCH_AVX2)
-SSR_TARGET_AVX2_FMA inline void sqrt_avx2(lanes::Doubles<4>::Double& y, const lanes::Doubles<4>::Double& x) {
+#define SSR_NOISE_SQRT_AVX2 SSR_TARGET_AVX2_FMA
+#elif defined(SSR_VECTOR_EXTENSIONS) && defined(__AVX__)
+#define SSR_NOISE_SQRT_AVX2
+#endif
+#if defined(SSR_DISPATCH_AVX512)
+#define SSR_NOISE_SQRT_AVX512 SSR_TARGET_AVX512_FMA
+#elif defined(SSR_VECTOR_EXTENSIONS) && defined(__AVX512F__)
+#define SSR_NOISE_SQRT_AVX512
+#endif
+#if defined(SSR_NOISE_SQRT_AVX2)
+SSR_NOISE_SQRT_AVX2 inline void sqrt_avx2(lanes::Doubles<4>::Double& y, const lanes::Doubles<4>::Double& x) {
   __m256d v;
   std::memcpy(&v, &x, sizeof v);
   v = _mm256_sqrt_pd(v);
@@ -86,8 +71,8 @@ struct SqrtAvx2 {
   }
 };
 #endif
-#if defined(SSR_DISPATCH_AVX512)
-SSR_TARGET_AVX512_FMA inline void sqrt_avx512(lanes::Doubles<8>::Double& y, const lanes::Doubles<8>::Double& x) {
+#if defined(SSR_NOISE_SQRT_AVX512)
+SSR_NOISE_SQRT_AVX512 inline void sqrt_avx512(lanes::Doubles<8>::Double& y, const lanes::Doubles<8>::Double& x) {
   __m512d v;
   std::memcpy(&v, &x, sizeof v);
   v = _mm512_mask_sqrt_pd(v, 0xff, v);  // every lane (_mm512_sqrt_pd reads an undefined vector: GCC 12 warns)
@@ -97,6 +82,25 @@ struct SqrtAvx512 {
   SSR_LANES_INLINE void operator()(lanes::Doubles<8>::Double& y, const lanes::Doubles<8>::Double& x) const {
     sqrt_avx512(y, x);
   }
+};
+#endif
+
+// The square root of L lanes in the build's own code: one instruction where there is one above, else a lane
+// at a time.
+template <int L>
+struct OwnSqrt {
+  using type = SqrtLanes<L>;
+};
+#if defined(SSR_NOISE_SQRT_AVX2)
+template <>
+struct OwnSqrt<4> {
+  using type = SqrtAvx2;
+};
+#endif
+#if defined(SSR_NOISE_SQRT_AVX512)
+template <>
+struct OwnSqrt<8> {
+  using type = SqrtAvx512;
 };
 #endif
 
@@ -225,7 +229,7 @@ inline void tiles(const RouteSpec& spec, index_t row0, index_t rows, index_t n, 
   if (lanes::has_avx2_fma()) return tiles_avx2(spec, row0, rows, n, z);
 #endif
 #if defined(__FMA__) && defined(SSR_VECTOR_EXTENSIONS)
-  tiles_in_lanes<widest>(spec, row0, rows, n, z, SqrtLanes<widest>{});
+  tiles_in_lanes<widest>(spec, row0, rows, n, z, OwnSqrt<widest>::type{});
 #else
   tiles_in_lanes<1>(spec, row0, rows, n, z, SqrtLanes<1>{});
 #endif
@@ -235,3 +239,6 @@ inline void tiles(const RouteSpec& spec, index_t row0, index_t rows, index_t n, 
 }  // namespace noise
 }  // namespace cpu
 }  // namespace ssr
+
+#undef SSR_NOISE_SQRT_AVX2
+#undef SSR_NOISE_SQRT_AVX512
