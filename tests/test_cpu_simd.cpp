@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -21,6 +22,7 @@
 #include <tuple>
 #include <vector>
 
+using ssr::Cost;
 using ssr::index_t;
 
 namespace {
@@ -75,7 +77,7 @@ TEST_CASE("the float kernel of tiles is the kernel row of each of their rows", "
     }
   }
   // A NaN or an infinity anywhere (a whole block of columns, the last columns, a partial tile) is seen, in
-  // every width; finite values pass (above).
+  // every width and for both costs; finite values pass (above and below).
   for (index_t n : {3, 16, 20}) {
     const index_t rows = 21, size = 24 * n;
     Padded<float> tiles(size);
@@ -84,16 +86,18 @@ TEST_CASE("the float kernel of tiles is the kernel row of each of their rows", "
     for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
                       -std::numeric_limits<float>::infinity()}) {
       for (index_t at : {index_t{0}, n - 1, 9 * n + n / 2, rows * n - 1}) {
-        auto with = s;
-        with[static_cast<std::size_t>(at)] = bad;
-        INFO("n " << n << " at " << at << " value " << bad);
-        CHECK_FALSE(V::float_kernel_tiles(with.data(), n, rows, n, 80.0f, 2.0f, tiles.data));  // this processor's path
-        CHECK_FALSE(
-            ssr::cpu::columns::tiles_in_lanes<float, 1, true>(with.data(), n, rows, n, 2.0f, 80.0f, tiles.data));
+        for (Cost cost : {Cost::linear, Cost::softmax}) {
+          auto with = s;
+          with[static_cast<std::size_t>(at)] = bad;
+          INFO("n " << n << " at " << at << " value " << bad << " cost " << ssr::to_string(cost));
+          CHECK_FALSE(V::float_kernel_tiles(with.data(), n, rows, n, 80.0f, 2.0f, tiles.data, cost));  // this path
+          CHECK_FALSE(ssr::cpu::columns::tiles_in_lanes<float, 1, true>(with.data(), n, rows, n, 2.0f, 80.0f,
+                                                                        tiles.data, cost));
 #if defined(SSR_VECTOR_EXTENSIONS) && defined(SSR_SHUFFLE_VECTOR)
-        CHECK_FALSE(
-            ssr::cpu::columns::tiles_in_lanes<float, 4, true>(with.data(), n, rows, n, 2.0f, 80.0f, tiles.data));
+          CHECK_FALSE(ssr::cpu::columns::tiles_in_lanes<float, 4, true>(with.data(), n, rows, n, 2.0f, 80.0f,
+                                                                        tiles.data, cost));
 #endif
+        }
       }
     }
   }
@@ -102,10 +106,58 @@ TEST_CASE("the float kernel of tiles is the kernel row of each of their rows", "
     spec.sinkhorn.xi = xi;
     REQUIRE_FALSE(V::float_kernel(spec));
   }
-  spec.sinkhorn.xi = 0.5;
-  spec.cost = ssr::Cost::softmax;
-  REQUIRE_FALSE(V::float_kernel(spec));
+  spec.cost = Cost::softmax;  // the softmax cost where 1 / xi is a normal float
+  for (double xi : {1e-39, 1e39}) {
+    spec.sinkhorn.xi = xi;
+    REQUIRE_FALSE(V::float_kernel(spec));
+  }
   REQUIRE_FALSE(ssr::cpu::Simd<double>::float_kernel(ssr::RouteSpec{}));
+}
+
+TEST_CASE("the softmax cost's float kernel of tiles is within (n + 8) 2^-24 / xi of the kernel row of each row",
+          "[simd]") {
+  using V = ssr::cpu::Simd<float>;
+  std::mt19937 gen(5);
+  std::normal_distribution<double> normal;
+  double worst = 0;  // the largest distance seen, in units of 2^-24 / xi
+  for (index_t n : {1, 2, 3, 8, 16, 20, 33, 128, 256}) {
+    for (index_t rows : {index_t{1}, index_t{8}, index_t{21}}) {
+      for (double xi : {0.5, 1.0, 0.3, 2.0, 0.01, 1e-30, 1e30}) {
+        for (double scale : {1.0, 0.01, 30.0, 1e30}) {
+          ssr::RouteSpec spec;
+          spec.cost = Cost::softmax;
+          spec.sinkhorn.xi = xi;
+          REQUIRE(V::float_kernel(spec));
+          const index_t stride = n + 3;
+          std::vector<float> s(static_cast<std::size_t>(rows * stride));
+          for (auto& e : s) e = static_cast<float>(std::min(scale * normal(gen), 1e38));
+          if (rows > 1) std::fill(s.begin() + stride, s.begin() + stride + n, 0.5f);  // a row of ties
+          Padded<float> tiles((rows + V::tile - 1) / V::tile * V::tile * n);
+          const auto bound = static_cast<float>(ssr::math::cost_bound<float>());
+          REQUIRE(V::float_kernel_tiles(s.data(), stride, rows, n, bound, static_cast<float>(1.0 / xi), tiles.data,
+                                        Cost::softmax));
+          const double unit = std::ldexp(1.0, -24) / xi, allowed = static_cast<double>(n + 8) * unit;
+          for (index_t i = 0; i < rows; ++i) {
+            const std::vector<float> row = kernel_row(s.data() + i * stride, n, spec, nullptr);
+            INFO("n " << n << " rows " << rows << " xi " << xi << " scale " << scale << " row " << i);
+            float top = -1;
+            for (index_t j = 0; j < n; ++j) {
+              const float k = tiles.data[V::at_tile(i, j, n)];
+              INFO("column " << j << ": " << k << " against " << row[j]);
+              REQUIRE(k <= 0.0f);  // Q = exp(K) <= 1 ...
+              REQUIRE(k >= -bound);
+              top = std::max(top, k);
+              const double distance = std::abs(static_cast<double>(k) - static_cast<double>(row[j]));
+              REQUIRE(distance <= allowed);
+              worst = std::max(worst, distance / unit);
+            }
+            REQUIRE(top == 0.0f);  // ... with a 1 in every row (the largest logit's)
+          }
+        }
+      }
+    }
+  }
+  std::printf("the softmax cost's float kernel: at most %.2f units of 2^-24 / xi from the definition\n", worst);
 }
 
 TEMPLATE_TEST_CASE(
@@ -313,20 +365,22 @@ TEMPLATE_TEST_CASE(
 
 namespace {
 
-// columns::tiles_in_lanes in L lanes against the one-lane form, byte for byte (Kernel: the float kernel).
+// columns::tiles_in_lanes in L lanes against the one-lane form, byte for byte (Kernel: the float kernel of
+// the cost, the softmax cost's for floats only).
 template <class T, int L, bool Kernel>
-void check_columns_in_lanes(const T* s, index_t stride, index_t rows, index_t n, T scale, T bound) {
+void check_columns_in_lanes(const T* s, index_t stride, index_t rows, index_t n, T scale, T bound,
+                            Cost cost = Cost::linear) {
   namespace columns = ssr::cpu::columns;
   const index_t size = (rows + columns::tile - 1) / columns::tile * columns::tile * n;
   std::vector<T> want(static_cast<std::size_t>(size + 1), T(-1)), got(want);
-  columns::tiles_in_lanes<T, 1, Kernel>(s, stride, rows, n, scale, bound, want.data());
-  columns::tiles_in_lanes<T, L, Kernel>(s, stride, rows, n, scale, bound, got.data());
-  INFO("lanes " << L << " kernel " << Kernel << " rows " << rows << " n " << n);
+  columns::tiles_in_lanes<T, 1, Kernel>(s, stride, rows, n, scale, bound, want.data(), cost);
+  columns::tiles_in_lanes<T, L, Kernel>(s, stride, rows, n, scale, bound, got.data(), cost);
+  INFO("lanes " << L << " kernel " << Kernel << " cost " << ssr::to_string(cost) << " rows " << rows << " n " << n);
   REQUIRE(std::memcmp(got.data(), want.data(), got.size() * sizeof(T)) == 0);  // nothing written past the end
 #if defined(SSR_DISPATCH_AVX2) && defined(SSR_SHUFFLE_VECTOR)
-  if (ssr::cpu::lanes::has_avx2()) {
+  if (ssr::cpu::lanes::has_avx2_fma()) {
     std::fill(got.begin(), got.end(), T(-1));
-    columns::tiles_avx2<T, Kernel>(s, stride, rows, n, scale, bound, got.data());
+    columns::tiles_avx2<T, Kernel>(s, stride, rows, n, scale, bound, got.data(), cost);
     INFO("the AVX2 path");
     REQUIRE(std::memcmp(got.data(), want.data(), got.size() * sizeof(T)) == 0);
   }
@@ -334,18 +388,21 @@ void check_columns_in_lanes(const T* s, index_t stride, index_t rows, index_t n,
   // A float path's tiles and finiteness verdict against the one-lane form's.
   [[maybe_unused]] const auto same_as_one_lane = [&](const char* path, auto tiles) {
     std::fill(got.begin(), got.end(), T(-1));
-    REQUIRE(tiles(got.data()) == columns::tiles_in_lanes<T, 1, Kernel>(s, stride, rows, n, scale, bound, want.data()));
+    REQUIRE(tiles(got.data()) ==
+            columns::tiles_in_lanes<T, 1, Kernel>(s, stride, rows, n, scale, bound, want.data(), cost));
     INFO(path);
     REQUIRE(std::memcmp(got.data(), want.data(), got.size() * sizeof(T)) == 0);
   };
 #if defined(SSR_SHUFFLE_VECTOR)
   if constexpr (std::is_same<T, float>::value) {  // two columns a vector, in the build's own registers
-    same_as_one_lane("two columns a vector",
-                     [&](float* x) { return columns::tiles_two_columns<Kernel>(s, stride, rows, n, scale, bound, x); });
+    same_as_one_lane("two columns a vector", [&](float* x) {
+      return columns::tiles_two_columns<Kernel>(s, stride, rows, n, scale, bound, x, cost);
+    });
 #if defined(SSR_DISPATCH_AVX512)
     if (ssr::cpu::lanes::has_avx512())
-      same_as_one_lane("the AVX-512 path",
-                       [&](float* x) { return columns::tiles_avx512<Kernel>(s, stride, rows, n, scale, bound, x); });
+      same_as_one_lane("the AVX-512 path", [&](float* x) {
+        return columns::tiles_avx512<Kernel>(s, stride, rows, n, scale, bound, x, cost);
+      });
 #endif
   }
 #endif
@@ -375,12 +432,15 @@ TEMPLATE_TEST_CASE(
 #if defined(SSR_VECTOR_EXTENSIONS) && defined(SSR_SHUFFLE_VECTOR)
           constexpr int L = 16 / static_cast<int>(sizeof(TestType));  // 4 floats, 2 doubles; then twice
           check_columns_in_lanes<TestType, L, false>(s.data(), stride, rows, n, scale, bound);
-          check_columns_in_lanes<TestType, L, true>(s.data(), stride, rows, n, scale, bound);
           check_columns_in_lanes<TestType, 2 * L, false>(s.data(), stride, rows, n, scale, bound);
-          check_columns_in_lanes<TestType, 2 * L, true>(s.data(), stride, rows, n, scale, bound);
-          if constexpr (4 * L <= columns::tile) {
-            check_columns_in_lanes<TestType, 4 * L, false>(s.data(), stride, rows, n, scale, bound);
-            check_columns_in_lanes<TestType, 4 * L, true>(s.data(), stride, rows, n, scale, bound);
+          for (Cost cost : {Cost::linear, Cost::softmax}) {
+            if (cost == Cost::softmax && !std::is_same<TestType, float>::value) continue;  // a float kernel
+            check_columns_in_lanes<TestType, L, true>(s.data(), stride, rows, n, scale, bound, cost);
+            check_columns_in_lanes<TestType, 2 * L, true>(s.data(), stride, rows, n, scale, bound, cost);
+            if constexpr (4 * L <= columns::tile) {
+              check_columns_in_lanes<TestType, 4 * L, false>(s.data(), stride, rows, n, scale, bound);
+              check_columns_in_lanes<TestType, 4 * L, true>(s.data(), stride, rows, n, scale, bound, cost);
+            }
           }
 #endif
           // The one-lane copy is the layout: x[(t * n + j) * tile + q] = s[(t * tile + q) * stride + j].

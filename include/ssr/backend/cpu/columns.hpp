@@ -1,8 +1,10 @@
 // The CPU backend's copy of rows into tiles held by columns, and the float kernel over it (for
 // Simd::load_tiles and Simd::float_kernel_tiles), written once over GNU vectors (lanes.hpp): in vectors of
-// a tile's column (8 floats) or less, and with AVX2 (or, for floats, AVX-512 in vectors of two columns)
-// where a baseline x86-64 build runs on a processor that has it. Every width and path gives the same bits:
-// the work is moves, maxima, one subtraction, one multiplication and a clamp.
+// a tile's column (8 floats) or less, and with AVX2 and FMA (or, for floats, AVX-512 in vectors of two
+// columns) where a baseline x86-64 build runs on a processor that has them. Every width and path gives the
+// same bits: the linear cost's kernel is moves, maxima, one subtraction, one multiplication and a clamp; the
+// softmax cost's adds the float exp (exp.hpp, the same bits in every width), a sum in column order, a
+// division a row and a product an element.
 //
 // `rows` rows of s (row stride `stride`, n columns) become ceil(rows / tile) tiles one after another, tile
 // t's element (q, j) at x[(t * n + j) * tile + q] = s[(t * tile + q) * stride + j]; a last, partial tile
@@ -16,7 +18,9 @@
 #include <limits>
 #include <type_traits>
 
+#include "ssr/backend/cpu/exp.hpp"
 #include "ssr/backend/cpu/lanes.hpp"
+#include "ssr/spec.hpp"
 #include "ssr/view.hpp"
 
 namespace ssr {
@@ -149,11 +153,69 @@ SSR_LANES_INLINE void kernel_over_tile(T* x, index_t count, const T* top, T scal
   }
 }
 
+// Floats in the float exp's vectors for a path in vectors of l floats compiled for the build's own target:
+// at most its widest, at least 4 (the exp's narrowest vector); 1 without vector extensions. The AVX2 and
+// AVX-512 paths name their own widths.
+constexpr int own_exp_lanes(int l) {
+  const int fit = l < fexp::widest ? l : fexp::widest;
+  return fexp::widest == 1 ? 1 : (fit < 4 ? 4 : fit);
+}
+
+// The softmax cost's float kernel of a tile by columns (n columns) at x, in place, from the differences
+// d_ij = S_ij - max_j S_ij it holds (kernel_over_tile with scale 1 and no bound), the float exp in vectors
+// of E lanes and the rest in vectors of a tile's column or less: e_ij = exp(d_ij), sum_i = sum_j e_ij in
+// column order, a_i = scale / sum_i, K_ij = clamp((e_ij - 1) * a_i, -bound, 0). With scale = 1 / xi this is
+// the definition's (e_ij / sum_i - 1 / sum_i) / xi (its shift is 0: the row's largest logit has e = 1, cost
+// 0), computed in float (Simd::float_kernel states how far from the double definition).
+template <int E>
+SSR_LANES_INLINE void softmax_of_tile(float* x, index_t n, float scale, float bound) {
+  constexpr int C = E < int{tile} ? E : int{tile};  // lanes of the sums' vectors
+  constexpr index_t per = tile / C;                 // vectors a column
+  SSR_LANES(V, float, C);
+  fexp::exp_in_lanes<E>(x, x, n * tile);
+  V sum[per], e;
+  for (auto& v : sum) v = V{};
+  for (index_t j = 0; j < n; ++j) {
+    SSR_UNROLL
+    for (index_t h = 0; h < per; ++h) {
+      std::memcpy(&e, x + j * tile + h * C, sizeof e);
+      sum[h] += e;
+    }
+  }
+  for (auto& v : sum) v = scale / v;  // a_i
+  const V least = V{} - bound, zero = V{};
+  for (index_t j = 0; j < n; ++j) {
+    SSR_UNROLL
+    for (index_t h = 0; h < per; ++h) {
+      std::memcpy(&e, x + j * tile + h * C, sizeof e);
+      e = (e - 1.0f) * sum[h];
+      e = e < least ? least : e;  // std::max(e, -bound)
+      e = zero < e ? zero : e;    // std::min(e, 0)
+      std::memcpy(x + j * tile + h * C, &e, sizeof e);
+    }
+  }
+}
+
+// The float kernel of a tile at x (n columns, vectors of L lanes, the rows' maxima at top) for the cost:
+// kernel_over_tile, or the differences, then softmax_of_tile in exps of E lanes (floats only).
+template <class T, int L, int E, class Mask>
+SSR_LANES_INLINE void kernel_of_tile(T* x, index_t n, const T* top, T scale, T bound, Cost cost, Mask& non_finite) {
+  if constexpr (std::is_same<T, float>::value) {
+    if (cost == Cost::softmax) {
+      kernel_over_tile<T, L>(x, n * tile, top, T(1), std::numeric_limits<T>::infinity(), non_finite);
+      softmax_of_tile<E>(x, n, scale, bound);
+      return;
+    }
+  }
+  kernel_over_tile<T, L>(x, n * tile, top, scale, bound, non_finite);
+}
+
 // The tiles of `rows` rows (see the top of this file) in vectors of L lanes; where Kernel, each tile then
-// holds the float kernel of its rows (kernel_over_tile), and the return says whether every S_ij was
-// finite, else true.
-template <class T, int L, bool Kernel>
-SSR_LANES_INLINE bool tiles_in_lanes(const T* s, index_t stride, index_t rows, index_t n, T scale, T bound, T* x) {
+// holds the float kernel of its rows for the cost (kernel_of_tile, its exps in vectors of E floats), and the
+// return says whether every S_ij was finite, else true.
+template <class T, int L, bool Kernel, int E = own_exp_lanes(L)>
+SSR_LANES_INLINE bool tiles_in_lanes(const T* s, index_t stride, index_t rows, index_t n, T scale, T bound, T* x,
+                                     Cost cost = Cost::linear) {
   SSR_LANES(V, T, L);
   auto non_finite = V{} != V{};  // lanes that met a non-finite value: a mask, all clear
   for (index_t i0 = 0; i0 < rows; i0 += tile, x += n * tile) {
@@ -161,15 +223,16 @@ SSR_LANES_INLINE bool tiles_in_lanes(const T* s, index_t stride, index_t rows, i
     for (index_t q = 0; q < tile; ++q) row[q] = s + (i0 + std::min(q, rows - 1 - i0)) * stride;
     alignas(64) T top[tile];
     copy_tile<T, L, Kernel>(row, n, x, top);
-    if constexpr (Kernel) kernel_over_tile<T, L>(x, n * tile, top, scale, bound, non_finite);
+    if constexpr (Kernel) kernel_of_tile<T, L, E>(x, n, top, scale, bound, cost, non_finite);
   }
   return !lanes::any_lane(non_finite);
 }
 
 #if defined(SSR_DISPATCH_AVX2)
 template <class T, bool Kernel>
-SSR_TARGET_AVX2 bool tiles_avx2(const T* s, index_t stride, index_t rows, index_t n, T scale, T bound, T* x) {
-  return tiles_in_lanes<T, 32 / static_cast<int>(sizeof(T)), Kernel>(s, stride, rows, n, scale, bound, x);
+SSR_TARGET_AVX2_FMA bool tiles_avx2(const T* s, index_t stride, index_t rows, index_t n, T scale, T bound, T* x,
+                                    Cost cost = Cost::linear) {
+  return tiles_in_lanes<T, 32 / static_cast<int>(sizeof(T)), Kernel, 8>(s, stride, rows, n, scale, bound, x, cost);
 }
 #endif
 
@@ -180,11 +243,12 @@ SSR_TARGET_AVX2 bool tiles_avx2(const T* s, index_t stride, index_t rows, index_
 // (first the column): rows q and q + 4 exchange lane bit 3, then q and q + 2 lane bit 2, then q and q + 1
 // lane bit 1, the last exchange also putting each column's rows together (each step a shuffle of two
 // vectors); then 8 columns at a time, two rows a vector, in two exchanges. The last n % 8 columns go as
-// tiles_in_lanes takes them, and the kernel (kernel_over_tile) two columns a vector; the same operations
-// on each element, so the same bits. Compiled for AVX-512 (tiles_avx512, or a build for a processor with it).
-template <bool Kernel>
+// tiles_in_lanes takes them, and the kernel (kernel_over_tile, softmax_of_tile) two columns a vector; the
+// same operations on each element, so the same bits. Compiled for AVX-512 (tiles_avx512, or a build for a
+// processor with it; the exps in vectors of E floats).
+template <bool Kernel, int E = own_exp_lanes(2 * tile)>
 SSR_LANES_INLINE bool tiles_two_columns(const float* s, index_t stride, index_t rows, index_t n, float scale,
-                                        float bound, float* x) {
+                                        float bound, float* x, Cost cost = Cost::linear) {
   SSR_LANES(W, float, 16);
   SSR_LANES(V, float, 8);
   auto non_finite = W{} != W{};
@@ -263,8 +327,11 @@ SSR_LANES_INLINE bool tiles_two_columns(const float* s, index_t stride, index_t 
       const V pairs = even < odd ? odd : even;
       t = t < pairs ? pairs : t;
       std::memcpy(top, &t, sizeof t);
-      kernel_over_tile<float, 2 * tile>(x, n / 2 * 2 * tile, top, scale, bound, non_finite);
-      if (n % 2 != 0) kernel_over_tile<float, tile>(x + (n - 1) * tile, tile, top, scale, bound, non_finite_last);
+      const bool softmax = cost == Cost::softmax;  // the differences first (kernel_of_tile)
+      const float by = softmax ? 1.0f : scale, below = softmax ? std::numeric_limits<float>::infinity() : bound;
+      kernel_over_tile<float, 2 * tile>(x, n / 2 * 2 * tile, top, by, below, non_finite);
+      if (n % 2 != 0) kernel_over_tile<float, tile>(x + (n - 1) * tile, tile, top, by, below, non_finite_last);
+      if (softmax) softmax_of_tile<E>(x, n, scale, bound);
     }
   }
   return !lanes::any_lane(non_finite) && !lanes::any_lane(non_finite_last);
@@ -273,28 +340,29 @@ SSR_LANES_INLINE bool tiles_two_columns(const float* s, index_t stride, index_t 
 
 #if defined(SSR_DISPATCH_AVX512) && defined(SSR_SHUFFLE_VECTOR)
 template <bool Kernel>
-SSR_TARGET_AVX512 bool tiles_avx512(const float* s, index_t stride, index_t rows, index_t n, float scale, float bound,
-                                    float* x) {
-  return tiles_two_columns<Kernel>(s, stride, rows, n, scale, bound, x);
+SSR_TARGET_AVX512_FMA bool tiles_avx512(const float* s, index_t stride, index_t rows, index_t n, float scale,
+                                        float bound, float* x, Cost cost = Cost::linear) {
+  return tiles_two_columns<Kernel, 2 * tile>(s, stride, rows, n, scale, bound, x, cost);
 }
 #endif
 
-// The tiles (and, where Kernel, the float kernel and whether every value was finite) of `rows` rows on the
-// widest path this processor runs.
+// The tiles (and, where Kernel, the float kernel of the cost and whether every value was finite) of `rows`
+// rows on the widest path this processor runs.
 template <class T, bool Kernel>
-inline bool tiles(const T* s, index_t stride, index_t rows, index_t n, T scale, T bound, T* x) {
+inline bool tiles(const T* s, index_t stride, index_t rows, index_t n, T scale, T bound, T* x,
+                  Cost cost = Cost::linear) {
 #if defined(SSR_DISPATCH_AVX512) && defined(SSR_SHUFFLE_VECTOR)
   if constexpr (std::is_same<T, float>::value)
-    if (lanes::has_avx512()) return tiles_avx512<Kernel>(s, stride, rows, n, scale, bound, x);
+    if (lanes::has_avx512()) return tiles_avx512<Kernel>(s, stride, rows, n, scale, bound, x, cost);
 #endif
 #if defined(SSR_DISPATCH_AVX2) && defined(SSR_SHUFFLE_VECTOR)
-  if (lanes::has_avx2()) return tiles_avx2<T, Kernel>(s, stride, rows, n, scale, bound, x);
+  if (lanes::has_avx2_fma()) return tiles_avx2<T, Kernel>(s, stride, rows, n, scale, bound, x, cost);
 #endif
 #if defined(SSR_SHUFFLE_VECTOR)
   if constexpr (std::is_same<T, float>::value && lanes::widest_bytes >= 64)  // a build for AVX-512
-    return tiles_two_columns<Kernel>(s, stride, rows, n, scale, bound, x);
+    return tiles_two_columns<Kernel>(s, stride, rows, n, scale, bound, x, cost);
 #endif
-  return tiles_in_lanes<T, widest<T>(), Kernel>(s, stride, rows, n, scale, bound, x);
+  return tiles_in_lanes<T, widest<T>(), Kernel>(s, stride, rows, n, scale, bound, x, cost);
 }
 
 }  // namespace SSR_LANES_NAMESPACE

@@ -6,7 +6,7 @@
 //                 math::normalised_weights (bit for bit) or math::score_weights (softmax scores, within 3 ulps);
 //   exp_row     = std::exp within 2 float ulps (float), Eigen's exp (double);
 //   float_kernel_tiles = math::cost_row + math::kernel_row (where float_kernel holds) of each row, into
-//                 tiles, bit for bit;
+//                 tiles: bit for bit for the linear cost, within (n + 8) 2^-24 / xi for the softmax cost;
 //   kernel_tiles = math::cost_row + math::kernel_row of each row (with noise or without), into tiles, bit for bit;
 //   cost_of_tiles = math::cost_row of each row (with noise or without), into tiles of doubles, bit for bit;
 //   softmax_score_weights = math::score_weights (softmax scores) of each row, bit for bit;
@@ -75,13 +75,22 @@ struct Simd {
     return (bits & ((std::uint64_t{1} << 52) - 1)) == 0 && exponent != 0 && exponent != 0x7ff;
   }
 
-  // Whether a tile's kernel without noise runs in T vectors (float_kernel_tiles): floats, the linear cost,
-  // 1 / xi a power of two >= 1 (xi = 0.5, 1). There it gives the double definition's bits: S_ij - max S
-  // is exact in double exactly where the float difference is (exponents at most 29 apart), and elsewhere
-  // both round to the same float; scaling by 2^k >= 1 is exact but for overflow, which both clamp.
+  // Whether a tile's kernel without noise runs in T vectors (float_kernel_tiles): floats, and
+  // - the linear cost with 1 / xi a power of two >= 1 (xi = 0.5, 1). There it gives the double definition's
+  //   bits: S_ij - max S is exact in double exactly where the float difference is (exponents at most 29
+  //   apart), and elsewhere both round to the same float; scaling by 2^k >= 1 is exact but for overflow,
+  //   which both clamp.
+  // - the softmax cost with 1 / xi a normal float. Its double definition takes an exp in double and two
+  //   divisions an element, most of a solve's time; in float (columns::softmax_of_tile: the float exp, a
+  //   sum in float, a division a row) K lands within (n + 8) 2^-24 / xi of the definition's, which a test
+  //   holds it to, so Q = exp(K) within that relative distance: about a float rounding of K at n = 16.
   static bool float_kernel(const RouteSpec& spec) {
     const double inv_xi = 1.0 / spec.sinkhorn.xi;
-    return std::is_same<T, float>::value && spec.cost == Cost::linear && is_power_of_two(inv_xi) && inv_xi >= 1;
+    if (!std::is_same<T, float>::value) return false;
+    if (spec.cost == Cost::softmax)
+      return inv_xi >= static_cast<double>(std::numeric_limits<float>::min()) &&
+             inv_xi <= static_cast<double>(std::numeric_limits<float>::max());
+    return is_power_of_two(inv_xi) && inv_xi >= 1;
   }
 
   // math::topk over a padded row whose padding never exceeds a real element (0 after real elements >= 0,
@@ -349,12 +358,14 @@ struct Simd {
   static constexpr index_t tile_offset(index_t i, index_t n) { return i / tile * n * tile; }
   static constexpr index_t at_tile(index_t i, index_t j, index_t n) { return tile_offset(i, n) + j * tile + i % tile; }
 
-  // kernel_row, where float_kernel holds, of `rows` rows of s into tiles as load_tiles lays them out:
-  // K_ij = max((S_ij - max S) * scale, -bound) with scale = 1 / xi. This is kernel_row's
-  // clamp(clamp(S_ij - max S, +-bound) * scale, -bound, 0): the difference d is at most 0, and where it
-  // is below -bound, so is d * scale (scale >= 1). Returns whether every S_ij was finite.
-  static bool float_kernel_tiles(const T* s, index_t stride, index_t rows, index_t n, T bound, T scale, T* x) {
-    return columns::tiles<T, true>(s, stride, rows, n, scale, bound, x);
+  // kernel_row, where float_kernel holds, of `rows` rows of s into tiles as load_tiles lays them out, with
+  // scale = 1 / xi rounded to T. The linear cost: K_ij = max((S_ij - max S) * scale, -bound), kernel_row's
+  // clamp(clamp(S_ij - max S, +-bound) * scale, -bound, 0): the difference d is at most 0, and where it is
+  // below -bound, so is d * scale (scale >= 1). The softmax cost: columns::softmax_of_tile. Returns whether
+  // every S_ij was finite.
+  static bool float_kernel_tiles(const T* s, index_t stride, index_t rows, index_t n, T bound, T scale, T* x,
+                                 Cost cost = Cost::linear) {
+    return columns::tiles<T, true>(s, stride, rows, n, scale, bound, x, cost);
   }
 
   // math::cost_row + math::kernel_row of `rows` rows of s into tiles as load_tiles lays them out, with the

@@ -174,7 +174,7 @@ class Sinkhorn {
         const index_t i0 = t0 * tile, rows = std::min(m, t1 * tile) - i0;
         T* k = (float_form ? q : logk) + t0 * size;
         if (float_form) {
-          finite = V::float_kernel_tiles(s.row(i0), s.stride, rows, n, bound, scale, k) && finite;
+          finite = V::float_kernel_tiles(s.row(i0), s.stride, rows, n, bound, scale, k, spec.cost) && finite;
         } else if (!spec.noisy()) {
           V::kernel_tiles(s.row(i0), s.stride, rows, n, spec, cost_tile, k);
         } else {
@@ -203,7 +203,7 @@ class Sinkhorn {
       // Tile tl of K: the held one, or the float kernel built again in `into` (a tile), padding rows -inf.
       const auto kernel_tile = [&](index_t tl, T* into) -> const T* {
         if (kernel_held) return logk + tl * size;
-        V::float_kernel_tiles(s.row(tl * tile), s.stride, rows_of(tl), n, bound, scale, into);
+        V::float_kernel_tiles(s.row(tl * tile), s.stride, rows_of(tl), n, bound, scale, into, spec.cost);
         V::fill_lanes(into, n, rows_of(tl), -std::numeric_limits<T>::infinity());
         return into;
       };
