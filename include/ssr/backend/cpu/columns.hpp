@@ -3,7 +3,7 @@
 // a tile's column (8 floats) or less, and with AVX2 and FMA (or, for floats, AVX-512 in vectors of two
 // columns) where a baseline x86-64 build runs on a processor that has them. Every width and path gives the
 // same bits: the linear cost's kernel is moves, maxima, one subtraction, one multiplication and a clamp; the
-// softmax cost's adds the float exp (exp.hpp, the same bits in every width), a sum in column order, a
+// softmax cost's adds the float exp (exp.hpp, the same bits in every width), a sum in the pass's order, a
 // division a row and a product an element.
 //
 // `rows` rows of s (row stride `stride`, n columns) become ceil(rows / tile) tiles one after another, tile
@@ -162,37 +162,76 @@ constexpr int own_exp_lanes(int l) {
 }
 
 // The softmax cost's float kernel of a tile by columns (n columns) at x, in place, from the differences
-// d_ij = S_ij - max_j S_ij it holds (kernel_over_tile with scale 1 and no bound), the float exp in vectors
-// of E lanes and the rest in vectors of a tile's column or less: e_ij = exp(d_ij), sum_i = sum_j e_ij in
-// column order, a_i = scale / sum_i, K_ij = clamp((e_ij - 1) * a_i, -bound, 0). With scale = 1 / xi this is
-// the definition's (e_ij / sum_i - 1 / sum_i) / xi (its shift is 0: the row's largest logit has e = 1, cost
-// 0), computed in float (Simd::float_kernel states how far from the double definition).
+// d_ij = S_ij - max_j S_ij it holds (kernel_over_tile with scale 1 and no bound), in vectors of E lanes
+// (a tile's column or less, or two adjacent columns): e_ij = exp(d_ij); sum_i = sum_j e_ij in the scaled
+// pass's order (pass.hpp: the columns j = 0, 1, 2, 3 (mod 4) in four sums, then (0 + 2) + (1 + 3));
+// a_i = scale / sum_i; K_ij = clamp((e_ij - 1) * a_i, -bound, 0). With scale = 1 / xi this is the
+// definition's (e_ij / sum_i - 1 / sum_i) / xi (its shift is 0: the row's largest logit has e = 1, cost 0),
+// computed in float (Simd::float_kernel states how far from the double definition).
 template <int E>
 SSR_LANES_INLINE void softmax_of_tile(float* x, index_t n, float scale, float bound) {
-  constexpr int C = E < int{tile} ? E : int{tile};  // lanes of the sums' vectors
-  constexpr index_t per = tile / C;                 // vectors a column
-  SSR_LANES(V, float, C);
+  constexpr index_t per_pair = 2 * tile / E, per_column = E < tile ? tile / E : 1;  // vectors
+  SSR_LANES(V, float, E);
   fexp::exp_in_lanes<E>(x, x, n * tile);
-  V sum[per], e;
-  for (auto& v : sum) v = V{};
-  for (index_t j = 0; j < n; ++j) {
+  V s01[per_pair] = {}, s23[per_pair] = {}, e;  // the sums of columns 0 and 1 (mod 4), and of 2 and 3
+  index_t j = 0;
+  for (; j + 4 <= n; j += 4) {
     SSR_UNROLL
-    for (index_t h = 0; h < per; ++h) {
-      std::memcpy(&e, x + j * tile + h * C, sizeof e);
-      sum[h] += e;
+    for (index_t h = 0; h < per_pair; ++h) {
+      std::memcpy(&e, x + j * tile + h * E, sizeof e);
+      s01[h] += e;
+      std::memcpy(&e, x + (j + 2) * tile + h * E, sizeof e);
+      s23[h] += e;
     }
   }
-  for (auto& v : sum) v = scale / v;  // a_i
-  const V least = V{} - bound, zero = V{};
-  for (index_t j = 0; j < n; ++j) {
+  if (j + 2 <= n) {
     SSR_UNROLL
-    for (index_t h = 0; h < per; ++h) {
-      std::memcpy(&e, x + j * tile + h * C, sizeof e);
-      e = (e - 1.0f) * sum[h];
-      e = e < least ? least : e;  // std::max(e, -bound)
-      e = zero < e ? zero : e;    // std::min(e, 0)
-      std::memcpy(x + j * tile + h * C, &e, sizeof e);
+    for (index_t h = 0; h < per_pair; ++h) {
+      std::memcpy(&e, x + j * tile + h * E, sizeof e);
+      s01[h] += e;
     }
+  }
+  // The last column of an odd n in the first half of a pair's lanes (zeros after: they add nothing).
+  V last[per_pair] = {};
+  if (n % 2 != 0) {
+    std::memcpy(last, x + (n - 1) * tile, tile * sizeof(float));
+    SSR_UNROLL
+    for (index_t h = 0; h < per_pair; ++h) ((n - 1) % 4 == 0 ? s01[h] : s23[h]) += last[h];
+  }
+  // (0 + 2) + (1 + 3), then a in every vector of a pair.
+  V a[per_pair];
+  SSR_UNROLL
+  for (index_t h = 0; h < per_pair; ++h) s01[h] += s23[h];
+  if constexpr (E <= tile) {
+    SSR_UNROLL
+    for (index_t h = 0; h < per_column; ++h) a[h] = a[per_column + h] = scale / (s01[h] + s01[per_column + h]);
+  } else {
+#if defined(SSR_SHUFFLE_VECTOR)
+    static_assert(E == 2 * tile, "two columns a vector");
+    a[0] = scale / (s01[0] + __builtin_shufflevector(s01[0], s01[0], 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6,
+                                                     7));  // the same sum in both halves
+#else
+    static_assert(E <= tile, "two columns in one vector need __builtin_shufflevector");
+#endif
+  }
+  const V least = V{} - bound, zero = V{};
+  const auto kernel = [&](V& v, index_t h) SSR_LANES_ALWAYS_INLINE {
+    v = (v - 1.0f) * a[h];
+    v = v < least ? least : v;  // std::max(v, -bound)
+    v = zero < v ? zero : v;    // std::min(v, 0)
+  };
+  for (j = 0; j + 2 <= n; j += 2) {
+    SSR_UNROLL
+    for (index_t h = 0; h < per_pair; ++h) {
+      std::memcpy(&e, x + j * tile + h * E, sizeof e);
+      kernel(e, h);
+      std::memcpy(x + j * tile + h * E, &e, sizeof e);
+    }
+  }
+  if (n % 2 != 0) {
+    SSR_UNROLL
+    for (index_t h = 0; h < per_pair; ++h) kernel(last[h], h);
+    std::memcpy(x + (n - 1) * tile, last, tile * sizeof(float));
   }
 }
 
