@@ -62,8 +62,8 @@ TEST_CASE("invalid calls are rejected before anything is written", "[errors]") {
 }
 
 TEST_CASE("the first non-finite logit is named on every path, wherever it lies", "[errors]") {
-  // Enough rows for several blocks and threads; the CPU backend's float kernel (linear cost, xi = 0.5)
-  // checks the logits as it reads them, the other paths scan them first.
+  // Enough rows for several blocks and threads; the CPU backend's float kernel (linear cost at xi = 0.5,
+  // softmax cost) checks the logits as it reads them, the other paths scan them first.
   const index_t m = 20000, n = 16;
   auto s = test::random_logits<float>(m, n, 1.0, 2);
   s[15000 * n + 5] = std::numeric_limits<float>::quiet_NaN();
@@ -75,6 +75,7 @@ TEST_CASE("the first non-finite logit is named on every path, wherever it lies",
   s[7000 * n + 9] = 0;
   s[7000 * n + 12] = 0;
   require_rejected(ssr::SinkhornTopK(2), s, m, n, "logits(15000, 5) = nan");
+  require_rejected(ssr::SinkhornTopK(2, ssr::Cost::softmax, {0.3, 1e-4, 100}), s, m, n, "logits(15000, 5) = nan");
 }
 
 TEST_CASE("outputs of the wrong shape are rejected", "[errors]") {
