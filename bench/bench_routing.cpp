@@ -228,6 +228,14 @@ void BM_Route_NoisySoftmaxTopK(benchmark::State& state) {
 void BM_Route_NoisySinkhornTopK(benchmark::State& state) {
   run_policy(state, ssr::NoisyCost<ssr::SinkhornTopK>(ssr::SinkhornTopK(k_of(state), ssr::Cost::linear, {}, ssr::Weights::plan), 1.0, 1.0));
 }
+// SSR-S with noise (DESIGN: the softmax cost): its common path and its Sinkhorn path.
+void BM_Route_NoisySoftmaxTopK_SoftmaxCost(benchmark::State& state) {
+  run_policy(state, ssr::NoisyCost<ssr::SoftmaxTopK>(ssr::SoftmaxTopK(k_of(state), ssr::Cost::softmax), 1.0, 1.0));
+}
+void BM_Route_NoisySinkhornTopK_SoftmaxCost(benchmark::State& state) {
+  run_policy(state, ssr::NoisyCost<ssr::SinkhornTopK>(
+                        ssr::SinkhornTopK(k_of(state), ssr::Cost::softmax, {}, ssr::Weights::plan), 1.0, 1.0));
+}
 void BM_Route_SSR_p0001(benchmark::State& state) { run_policy(state, ssr::make_ssr(k_of(state), ssr::Cost::linear, 1e-3)); }
 void BM_Route_SSR_p1(benchmark::State& state) { run_policy(state, ssr::make_ssr(k_of(state), ssr::Cost::linear, 1.0)); }
 
@@ -268,6 +276,8 @@ BENCHMARK(BM_Route_NoisySoftmaxTopK)->Apply(policy_shapes)->Unit(benchmark::kMic
 BENCHMARK(BM_Route_SinkhornTopK_PlanWeights)->Apply(policy_shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Route_SinkhornTopK_ScoreWeights)->Apply(policy_shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Route_NoisySinkhornTopK)->Apply(policy_shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Route_NoisySoftmaxTopK_SoftmaxCost)->Apply(policy_shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Route_NoisySinkhornTopK_SoftmaxCost)->Apply(policy_shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Route_SSR_p0001)->Apply(policy_shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Route_SSR_p1)->Apply(policy_shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
