@@ -217,6 +217,12 @@ TEMPLATE_TEST_CASE("no NaN or Inf at the limits of the floating-point range", "[
     for (auto p : r.plan) REQUIRE(std::isfinite(p));
     for (auto w : r.weights) REQUIRE(std::isfinite(w));
     REQUIRE(std::isfinite(r.info.marginal_error));
+    // The softmax cost without noise (the CPU's float kernel for float logits).
+    const auto q = test::route(SinkhornTopK(2, Cost::softmax, {xi, 1e-4, 50}), s, m, n, Context::train(0));
+    INFO("softmax cost, xi " << xi);
+    for (auto p : q.plan) REQUIRE(std::isfinite(p));
+    for (auto w : q.weights) REQUIRE(std::isfinite(w));
+    REQUIRE(std::isfinite(q.info.marginal_error));
   }
 }
 
