@@ -102,6 +102,25 @@ TEST_CASE("the plan matches a straightforward log-domain Sinkhorn", "[sinkhorn]"
   CHECK(worst < 1e-9);
 }
 
+TEST_CASE("with float logits the plan is the log-domain Sinkhorn's within float's precision", "[sinkhorn]") {
+  // The float solve's own kernel: the linear cost's (its bits where 1 / xi is a power of two), and on the
+  // CPU the softmax cost's in float (within (n + 8) 2^-24 / xi of the double kernel). K in float carries
+  // about 2^-24 |K| and |K| grows as 1 / xi, so the bound does; on these logits the softmax cost's plan lands
+  // at a quarter of the linear cost's distance or less (3.5e-6 at xi = 0.1, n = 16, against 1.9e-5).
+  const index_t m = 500;
+  const index_t n = GENERATE(8, 16);
+  const auto cost = GENERATE(Cost::linear, Cost::softmax);
+  const double xi = GENERATE(1.0, 0.5, 0.1, 0.02);
+  const auto s = test::random_logits<float>(m, n, 1.5, 11, 3.0);
+  const auto r = test::route(SinkhornTopK(2, cost, {xi, 1e-6, 100000}), s, m, n, Context::train(0));
+  REQUIRE(r.info.converged);
+  const auto ref = reference_plan(std::vector<double>(s.begin(), s.end()), m, n, cost, xi, 1e-11);
+  double worst = 0;
+  for (index_t i = 0; i < m * n; ++i) worst = std::max(worst, std::abs(ref[i] - static_cast<double>(r.plan[i])));
+  INFO("n " << n << " cost " << ssr::to_string(cost) << " xi " << xi);
+  CHECK(worst < 4e-6 / xi);
+}
+
 TEST_CASE("plan weights are the KL-optimal weights on the chosen experts (Proposition 1)", "[sinkhorn]") {
   const index_t m = 400, n = 16, k = 4;
   const auto s = test::random_logits<double>(m, n, 1.0, 3);
