@@ -11,7 +11,7 @@
 // every backend (the same formula's bits by construction); the test still allows it 4 units in the last
 // place, as it has not run on a GPU since. The weights agree within 4 units in the last place
 // on every backend (4.8e-7 absolute for float values up to 1, 9e-16 for double). For Sinkhorn the costs and noise are
-// those same values (but for the CPU's float kernel of the softmax cost without noise: within (n + 8) 2^-24 / xi), but
+// those same values (the CPU's float kernel of the softmax cost without noise within (n + 8) 2^-24 / xi of them), but
 // the CPU and the CUDA backend's fused solve iterate in scaled form in T (the CPU with a vectorised exp) while the
 // Thrust algorithms iterate in the log domain in double, each adding the column sums in its own order; the potentials
 // agree to rounding, so on these random logits the experts are identical and the weights and plans agree within 2e-6

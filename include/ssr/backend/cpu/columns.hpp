@@ -235,18 +235,26 @@ SSR_LANES_INLINE void softmax_of_tile(float* x, index_t n, float scale, float bo
   }
 }
 
+// The scale and bound kernel_over_tile takes for the cost: the linear cost's kernel, or the softmax cost's
+// differences (scale 1, no bound), which softmax_of_tile then takes.
+template <class T>
+struct OverTile {
+  T scale, bound;
+};
+template <class T>
+SSR_LANES_INLINE OverTile<T> over_tile(Cost cost, T scale, T bound) {
+  if (cost == Cost::softmax) return {T(1), std::numeric_limits<T>::infinity()};
+  return {scale, bound};
+}
+
 // The float kernel of a tile at x (n columns, vectors of L lanes, the rows' maxima at top) for the cost:
-// kernel_over_tile, or the differences, then softmax_of_tile in exps of E lanes (floats only).
+// kernel_over_tile, then for the softmax cost softmax_of_tile in exps of E lanes (floats only).
 template <class T, int L, int E, class Mask>
 SSR_LANES_INLINE void kernel_of_tile(T* x, index_t n, const T* top, T scale, T bound, Cost cost, Mask& non_finite) {
-  if constexpr (std::is_same<T, float>::value) {
-    if (cost == Cost::softmax) {
-      kernel_over_tile<T, L>(x, n * tile, top, T(1), std::numeric_limits<T>::infinity(), non_finite);
-      softmax_of_tile<E>(x, n, scale, bound);
-      return;
-    }
-  }
-  kernel_over_tile<T, L>(x, n * tile, top, scale, bound, non_finite);
+  const OverTile<T> step = over_tile(std::is_same<T, float>::value ? cost : Cost::linear, scale, bound);
+  kernel_over_tile<T, L>(x, n * tile, top, step.scale, step.bound, non_finite);
+  if constexpr (std::is_same<T, float>::value)
+    if (cost == Cost::softmax) softmax_of_tile<E>(x, n, scale, bound);
 }
 
 // The tiles of `rows` rows (see the top of this file) in vectors of L lanes; where Kernel, each tile then
@@ -366,11 +374,11 @@ SSR_LANES_INLINE bool tiles_two_columns(const float* s, index_t stride, index_t 
       const V pairs = even < odd ? odd : even;
       t = t < pairs ? pairs : t;
       std::memcpy(top, &t, sizeof t);
-      const bool softmax = cost == Cost::softmax;  // the differences first (kernel_of_tile)
-      const float by = softmax ? 1.0f : scale, below = softmax ? std::numeric_limits<float>::infinity() : bound;
-      kernel_over_tile<float, 2 * tile>(x, n / 2 * 2 * tile, top, by, below, non_finite);
-      if (n % 2 != 0) kernel_over_tile<float, tile>(x + (n - 1) * tile, tile, top, by, below, non_finite_last);
-      if (softmax) softmax_of_tile<E>(x, n, scale, bound);
+      const OverTile<float> step = over_tile(cost, scale, bound);  // as kernel_of_tile
+      kernel_over_tile<float, 2 * tile>(x, n / 2 * 2 * tile, top, step.scale, step.bound, non_finite);
+      if (n % 2 != 0)
+        kernel_over_tile<float, tile>(x + (n - 1) * tile, tile, top, step.scale, step.bound, non_finite_last);
+      if (cost == Cost::softmax) softmax_of_tile<E>(x, n, scale, bound);
     }
   }
   return !lanes::any_lane(non_finite) && !lanes::any_lane(non_finite_last);
