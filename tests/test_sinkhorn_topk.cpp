@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
+#include <utility>
 
 #include "support.hpp"
 
@@ -164,6 +166,39 @@ TEST_CASE("experts are the plan's top-k, by descending plan value, distinct", "[
       for (index_t u = 0; u < t; ++u) REQUIRE(r.expert(i, u) != r.expert(i, t));
     }
   }
+}
+
+TEST_CASE("experts and weights are the same with the plan asked and without, at any tolerance and limit",
+          "[sinkhorn]") {
+  // Without the plan the CPU takes the top-k a group of tiles at a time, and a pass that looks like the last
+  // takes it as it goes over Q, kept where that pass was the last; with the plan, row by row after the last
+  // pass. Tolerances across each iteration's error and limits of 1 to 4 iterations make passes taken for the
+  // last that were not, and the reverse; two threads split the groups at n = 130 (three tiles a block).
+  const index_t n = GENERATE(5, 16, 130);
+  const index_t m = GENERATE(37, 9001);
+  const int threads = GENERATE(1, 2);
+  const auto cost = GENERATE(Cost::linear, Cost::softmax);
+  const auto s = test::random_logits<float>(m, n, 2.0, 17, 3.0);
+  std::vector<std::pair<double, int>> stops;  // (tol, max_iters)
+  for (int i = 0; i < 16; ++i) stops.emplace_back(0.5 * std::pow(0.6, i), 1000);
+  for (int limit = 1; limit <= 4; ++limit) stops.emplace_back(1e-30, limit);
+  for (const index_t k : {index_t{1}, index_t{2}, std::min<index_t>(n, 8)})
+    for (const auto weights : {ssr::Weights::plan, ssr::Weights::scores})
+      for (const auto& stop : stops) {
+        const SinkhornTopK policy(static_cast<int>(k), cost, {0.5, stop.first, stop.second}, weights);
+        const auto with_plan = test::route(policy, s, m, n, Context::train(0), threads);
+        test::Router<SinkhornTopK, float> router(policy, threads);
+        test::Routed<float> r(m, n, k);
+        auto outputs = r.outputs();
+        outputs.plan = {};
+        outputs.noise = {};
+        r.info = router.route({s.data(), m, n}, Context::train(0), outputs);
+        INFO("n " << n << " m " << m << " threads " << threads << " k " << k << " tol " << stop.first << " limit "
+                  << stop.second);
+        REQUIRE(r.info.iterations == with_plan.info.iterations);
+        REQUIRE(r.experts == with_plan.experts);
+        REQUIRE(std::memcmp(r.weights.data(), with_plan.weights.data(), r.weights.size() * sizeof(float)) == 0);
+      }
 }
 
 TEST_CASE("Sinkhorn balances the load that softmax top-k leaves skewed", "[sinkhorn]") {

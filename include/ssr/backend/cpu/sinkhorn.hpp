@@ -63,6 +63,7 @@ class Sinkhorn {
     std::int64_t* limbs;
     std::int32_t* log_update;
     double *column_max, *column_sum;
+    std::uint8_t* taken;  // a group of tiles whose top-k a pass took as it went (solve's speculation)
   };
 
   // Lays out the buffers of an m x n solve on nt threads.
@@ -91,6 +92,7 @@ class Sinkhorn {
     b.log_update = c.take<std::int32_t>(nz);
     b.column_max = c.take<double>(nz);
     b.column_sum = c.take<double>(nz);
+    b.taken = c.take<std::uint8_t>(static_cast<std::size_t>((m + V::group_rows - 1) / V::group_rows));
     return b;
   }
 
@@ -122,7 +124,15 @@ class Sinkhorn {
     const auto bound = static_cast<T>(math::cost_bound<T>()), scale = static_cast<T>(1.0 / spec.sinkhorn.xi);
     bool done = false, absorb = false, non_finite = false, kernel_held = !float_form;
     int iterations = 0;
-    double err = 0;
+    double err = 0, errs[2] = {0, 0};  // the errors of the two iterations before
+    // The final top-k goes a group of tiles at a time (V::topk_tiles_weights) where k <= tile_k and the plan
+    // is not asked. A pass that looks like the last (`speculate`) takes each group's top-k as soon as it has
+    // gone over the group's tiles, still in the caches; if the pass was the last, the final stage keeps the
+    // groups it took (b.taken), so that it need not read Q again. Same bits: the same function of the same
+    // Q and v.
+    const bool by_tiles = spec.k <= V::tile_k && out.plan.empty();
+    const index_t groups = (tiles + V::group - 1) / V::group;
+    bool speculate = false;
 
     detail::parallel(nt, [&] {
       const int tid = detail::thread_id();
@@ -137,6 +147,16 @@ class Sinkhorn {
         return std::pair<index_t, index_t>(blk * tiles_per_block, std::min(tiles, (blk + 1) * tiles_per_block));
       };
       const auto rows_of = [&](index_t tl) { return tl == tiles - 1 ? last_rows : tile; };
+      const bool plan_weights = spec.weights == Weights::plan;  // else the experts alone, then score weights
+      // The top-k of group grp from Q and v, and its plan weights where asked; false where the group must go
+      // row by row (the outputs then undefined).
+      const auto group_by_tiles = [&](index_t grp) {
+        const index_t i0 = grp * V::group_rows, rows = std::min(V::group_rows, m - i0);
+        const MatrixView<std::int32_t> experts(out.experts.row(i0), rows, spec.k, out.experts.stride);
+        const MatrixView<T> weights(out.weights.row(i0), rows, spec.k, out.weights.stride);
+        return V::topk_tiles_weights(Weights::plan, q + grp * V::group * size, n, v, spec.k, rows, experts,
+                                     plan_weights ? weights : MatrixView<T>{}, tiny);
+      };
       // One pass over the tiles of block blk, into the block's column sums; the pass reads block `ahead` (the
       // one after it, where not -1 and as long) meanwhile.
       const auto pass = [&](index_t blk, index_t ahead) {
@@ -157,10 +177,23 @@ class Sinkhorn {
       const bool alternate =
           (own.second - own.first) * tiles_per_block * size * index_t{sizeof(T)} <= CpuTuning::alternate_max_bytes;
       bool backward = alternate;
+      // The groups whose tiles all lie in this thread's blocks: [own_groups.first, own_groups.second).
+      const index_t own_t0 = own.first < own.second ? block_tiles(own.first).first : 0;
+      const index_t own_t1 = own.first < own.second ? block_tiles(own.second - 1).second : 0;
+      const std::pair<index_t, index_t> own_groups(
+          (own_t0 + V::group - 1) / V::group,
+          std::max((own_t0 + V::group - 1) / V::group, own_t1 == tiles ? groups : own_t1 / V::group));
       const auto pass_own = [&] {
+        index_t g0 = own_groups.first, g1 = own_groups.second;  // the groups not yet taken
         for (index_t i = 0; i < own.second - own.first; ++i) {
           const index_t blk = backward ? own.second - 1 - i : own.first + i, ahead = backward ? blk - 1 : blk + 1;
           pass(blk, ahead >= own.first && ahead < own.second ? ahead : -1);
+          if (!speculate) continue;
+          const auto [t0, t1] = block_tiles(blk);  // the pass has gone over [own_t0, t1) or [t0, own_t1)
+          if (!backward)
+            for (; g0 < g1 && std::min(tiles, (g0 + 1) * V::group) <= t1; ++g0) b.taken[g0] = group_by_tiles(g0);
+          else
+            for (; g1 > g0 && (g1 - 1) * V::group >= t0; --g1) b.taken[g1 - 1] = group_by_tiles(g1 - 1);
         }
         backward = alternate && !backward;
       };
@@ -238,12 +271,21 @@ class Sinkhorn {
           for (index_t j = 0; j < n; ++j) error_sum += math::column_error(colsum[j], target);
           err = math::marginal_error(error_sum, rows_total);
           done = math::stop(err, iterations, spec.sinkhorn);
-          if (!done)
+          if (!done) {
+            // The next pass is the last where the iterations run out, and likely the last where the error,
+            // falling geometrically by the slower of its last two ratios, would fall below tol.
+            speculate =
+                by_tiles && (iterations + 1 >= spec.sinkhorn.max_iters ||
+                             (iterations > 2 && err * std::max(err / errs[1], errs[1] / errs[0]) < spec.sinkhorn.tol));
+            if (speculate) std::fill(b.taken, b.taken + groups, std::uint8_t{0});  // groups across threads
             absorb = update_columns(b, m, n, target, comm, [&] {  // every tile of K, once
               if (kernel_held) return;
               for (index_t tl = 0; tl < tiles; ++tl) kernel_tile(tl, logk + tl * size);
               kernel_held = true;
             });
+          }
+          errs[0] = errs[1];
+          errs[1] = err;
         }
         SSR_OMP(barrier)
         if (done) break;
@@ -308,13 +350,11 @@ class Sinkhorn {
         }
       };
       // A group of tiles at a time: top-k of t = Q * v and plan weights of the whole group at once
-      // (V::topk_tiles_weights, for k <= tile_k without the plan asked, where every chosen Q is at least
-      // tiny); the groups it cannot take go row by row through final_row.
-      const bool by_tiles = spec.k <= V::tile_k && out.plan.empty();
-      const index_t groups = (tiles + V::group - 1) / V::group;
-      const std::pair<index_t, index_t> own_groups = detail::own_range(groups);  // walked as the next pass would
-      for (index_t step = 0; step < own_groups.second - own_groups.first; ++step) {
-        const index_t grp = backward ? own_groups.second - 1 - step : own_groups.first + step;
+      // (group_by_tiles, where every chosen Q is at least tiny), or kept from the last pass where it took
+      // them; the groups it cannot take go row by row through final_row.
+      const std::pair<index_t, index_t> final_groups = detail::own_range(groups);  // walked as the next pass would
+      for (index_t step = 0; step < final_groups.second - final_groups.first; ++step) {
+        const index_t grp = backward ? final_groups.second - 1 - step : final_groups.first + step;
         const index_t i0 = grp * V::group_rows, rows = std::min(V::group_rows, m - i0);
         if (!spec.noisy() && !out.noise.empty())  // no noise: zeros
           for (index_t i = i0; i < i0 + rows; ++i)
@@ -322,9 +362,7 @@ class Sinkhorn {
                 spec, n, [](index_t) { return 0.0; }, out.noise.row(i));
         const MatrixView<std::int32_t> experts(out.experts.row(i0), rows, spec.k, out.experts.stride);
         const MatrixView<T> weights(out.weights.row(i0), rows, spec.k, out.weights.stride);
-        const bool plan_weights = spec.weights == Weights::plan;  // else the experts alone, then score weights
-        if (by_tiles && V::topk_tiles_weights(Weights::plan, q + grp * V::group * size, n, v, spec.k, rows, experts,
-                                              plan_weights ? weights : MatrixView<T>{}, tiny)) {
+        if (by_tiles && ((speculate && b.taken[grp]) || group_by_tiles(grp))) {
           if (!plan_weights && spec.select.score == Score::softmax)
             V::softmax_score_weights(s.row(i0), s.stride, rows, spec.k, experts, weights);
           else if (!plan_weights)
