@@ -17,7 +17,8 @@
 // built in Q's place and exponentiated there, so K is never written out: the steps that read K again, all
 // rare (absorption, rows and columns redone in the log domain), build it again from the logits, the same
 // bits. The final plan, top-k and weights are the last pass's t / r, from Q and v without exp, except for
-// rows whose chosen experts' Q underflowed, which are redone in the log domain. The float kernel's setup
+// rows whose chosen experts' Q underflowed, which are redone in the log domain; a pass that looks like the
+// last takes that top-k as it goes, kept where the pass was the last. The float kernel's setup
 // also tells whether every logit it read was finite, so the backend need not scan them beforehand
 // (CpuBackend::checks_while_routing).
 #pragma once
