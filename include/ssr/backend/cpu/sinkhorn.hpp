@@ -278,7 +278,8 @@ class Sinkhorn {
             speculate =
                 by_tiles && (iterations + 1 >= spec.sinkhorn.max_iters ||
                              (iterations > 2 && err * std::max(err / errs[1], errs[1] / errs[0]) < spec.sinkhorn.tol));
-            if (speculate) std::fill(b.taken, b.taken + groups, std::uint8_t{0});  // groups across threads
+            // No pass takes a group across two threads' blocks: its zero stays.
+            if (speculate) std::fill(b.taken, b.taken + groups, std::uint8_t{0});
             absorb = update_columns(b, m, n, target, comm, [&] {  // every tile of K, once
               if (kernel_held) return;
               for (index_t tl = 0; tl < tiles; ++tl) kernel_tile(tl, logk + tl * size);
