@@ -64,7 +64,7 @@ class Sinkhorn {
     std::int64_t* limbs;
     std::int32_t* log_update;
     double *column_max, *column_sum;
-    std::uint8_t* taken;  // a group of tiles whose top-k a pass took as it went (solve's speculation)
+    std::uint8_t* taken;  // per group of tiles: its top-k taken by the pass that looked like the last
   };
 
   // Lays out the buffers of an m x n solve on nt threads.
@@ -181,9 +181,9 @@ class Sinkhorn {
       // The groups whose tiles all lie in this thread's blocks: [own_groups.first, own_groups.second).
       const index_t own_t0 = own.first < own.second ? block_tiles(own.first).first : 0;
       const index_t own_t1 = own.first < own.second ? block_tiles(own.second - 1).second : 0;
+      const index_t first_own_group = (own_t0 + V::group - 1) / V::group;
       const std::pair<index_t, index_t> own_groups(
-          (own_t0 + V::group - 1) / V::group,
-          std::max((own_t0 + V::group - 1) / V::group, own_t1 == tiles ? groups : own_t1 / V::group));
+          first_own_group, std::max(first_own_group, own_t1 == tiles ? groups : own_t1 / V::group));
       const auto pass_own = [&] {
         index_t g0 = own_groups.first, g1 = own_groups.second;  // the groups not yet taken
         for (index_t i = 0; i < own.second - own.first; ++i) {
