@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "support.hpp"
 
@@ -76,6 +77,33 @@ TEST_CASE("the first non-finite logit is named on every path, wherever it lies",
   s[7000 * n + 12] = 0;
   require_rejected(ssr::SinkhornTopK(2), s, m, n, "logits(15000, 5) = nan");
   require_rejected(ssr::SinkhornTopK(2, ssr::Cost::softmax, {0.3, 1e-4, 100}), s, m, n, "logits(15000, 5) = nan");
+}
+
+TEST_CASE("the softmax top-k names a lone non-finite logit at any width, stride and row", "[errors]") {
+  // The CPU backend's softmax top-k checks each group of rows as it copies them by columns: in blocks of 16
+  // and 8 columns and one at a time, with or without a row stride; a NaN enters no top-k list, so only the
+  // copy can find it. The last rows fill a partial tile (that repeats its last row).
+  for (const index_t n : {3, 8, 16, 21, 40}) {
+    for (const index_t stride : {n, n + 3}) {
+      const index_t m = 77;
+      const auto s = test::random_logits<float>(m, stride, 1.0, 3);
+      for (const index_t at : {index_t{0}, 13 * stride + n - 1, 40 * stride + n / 2, (m - 1) * stride + n - 1}) {
+        for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+          CAPTURE(n, stride, at, bad);
+          auto t = s;
+          t[static_cast<std::size_t>(at)] = bad;
+          const std::string what = "logits(" + std::to_string(at / stride) + ", " + std::to_string(at % stride) + ")";
+          require_rejected(ssr::SoftmaxTopK(2), t, m, n, what.c_str(), stride);
+        }
+      }
+      // A non-finite value in the stride's padding is no logit.
+      auto t = s;
+      if (stride > n) t[5 * stride + n] = std::numeric_limits<float>::quiet_NaN();
+      test::Router<ssr::SoftmaxTopK, float> router(ssr::SoftmaxTopK(2));
+      test::Routed<float> out(m, n, 2);
+      CHECK_NOTHROW(router.route({t.data(), m, n, stride}, Context::train(0), out.outputs()));
+    }
+  }
 }
 
 TEST_CASE("outputs of the wrong shape are rejected", "[errors]") {

@@ -86,8 +86,8 @@ class CpuBackend {
         if (!cpu::Sinkhorn<T>::solve(buffers.sinkhorn, spec, s, out, info, threads_for(m * n, Path::sinkhorn),
                                      options.communicator, checks_while_routing(spec, options)))
           check_finite(s, options);  // a non-finite logit was read: throws, naming the first
-      } else {
-        route_softmax(spec, s, out, buffers);
+      } else if (!route_softmax(spec, s, out, buffers, checks_while_routing(spec, options))) {
+        check_finite(s, options);
       }
     }
     if (!out.load.empty()) count_load(out.experts, out.load, buffers.counts);
@@ -96,10 +96,13 @@ class CpuBackend {
 
   // Whether route looks for non-finite logits as it reads them, where the Router would otherwise scan them
   // first (ssr/router.hpp): a solve whose setup reads each logit once (Sinkhorn::checks_logits), on this
-  // process's rows alone (with a communicator, every rank checks before the collective solve starts).
+  // process's rows alone (with a communicator, every rank checks before the collective solve starts); and
+  // the plain softmax top-k by tiles, which checks each group's rows as it copies them, before it writes
+  // any output (route_softmax).
   bool checks_while_routing(const RouteSpec& spec, const options_type& options) const {
-    return options.check_finite && !options.communicator && spec.path == Path::sinkhorn &&
-           cpu::Sinkhorn<T>::checks_logits(spec);
+    if (!options.check_finite) return false;
+    if (spec.path == Path::sinkhorn) return !options.communicator && cpu::Sinkhorn<T>::checks_logits(spec);
+    return softmax_by_tiles(spec);
   }
 
   // Throws ssr::Error naming the first non-finite logit in row-major order.
@@ -159,6 +162,8 @@ class CpuBackend {
   struct Layout {
     double* xbuf;  // softmax path: a group's noise and costs in tiles per thread (a row's values without noise)
     T* rows;       // softmax path: a group of tiles of rows by columns per thread
+    T* lists;      // softmax by tiles: each group's top-k lists (Simd::topk_of_tiles), kept for its outputs
+    std::uint8_t* listed;  // softmax by tiles: per group, whether its lists were taken
     typename cpu::Sinkhorn<T>::Buffers sinkhorn;
     std::int32_t* counts;  // count_load's counters
   };
@@ -174,6 +179,11 @@ class CpuBackend {
     } else {
       l.xbuf = c.take<double>(static_cast<std::size_t>(2 * cpu::Simd<T>::group_rows * n * nt));
       l.rows = c.take<T>(static_cast<std::size_t>(cpu::Simd<T>::group_rows * CpuTuning::padded(n) * nt));
+      if (softmax_by_tiles(spec)) {
+        const auto groups = static_cast<std::size_t>((m + cpu::Simd<T>::group_rows - 1) / cpu::Simd<T>::group_rows);
+        l.lists = c.take<T>(groups * static_cast<std::size_t>(lists_size(spec.k)));
+        l.listed = c.take<std::uint8_t>(groups);
+      }
     }
     l.counts = c.take<std::int32_t>(static_cast<std::size_t>(load_copies * n));
     return l;
@@ -189,8 +199,17 @@ class CpuBackend {
           detail::fail_bad_assignment(i, r, experts(i, r), n, weights(i, r), grad_weights(i, r));
   }
 
-  void route_softmax(const RouteSpec& spec, ConstMatrixView<T> s, const RouteOutputs<T>& out,
-                     const Layout& buffers) const {
+  // The plain softmax top-k, the common call, goes by groups of tiles (Simd::topk_of_tiles).
+  static bool softmax_by_tiles(const RouteSpec& spec) {
+    return spec.path != Path::sinkhorn && !spec.noisy() && spec.plain_selection() && spec.k <= cpu::Simd<T>::tile_k;
+  }
+  // A group's top-k lists: k values and k experts a row.
+  static index_t lists_size(int k) { return 2 * index_t{k} * cpu::Simd<T>::group_rows; }
+
+  // Where check (checks_while_routing): returns false, having written nothing, where a logit is not finite;
+  // else true.
+  bool route_softmax(const RouteSpec& spec, ConstMatrixView<T> s, const RouteOutputs<T>& out, const Layout& buffers,
+                     bool check) const {
     const index_t m = s.rows, n = s.cols;
     using V = cpu::Simd<T>;
     const int k = spec.k;
@@ -215,29 +234,51 @@ class CpuBackend {
     };
     if (spec.noisy()) {
       route_noisy(spec, s, out, buffers);
-      return;
+      return true;
     }
-    if (!spec.plain_selection() || k > V::tile_k) {
+    if (!softmax_by_tiles(spec)) {
       detail::parallel_for(threads_for(m * n), m, route_row);
-      return;
+      return true;
     }
-    // Plain softmax top-k, the common call: groups of tiles of rows copied by columns, routed together.
+    // Groups of tiles of rows copied by columns: first each group's rows copied (the copy tells whether they
+    // were finite: the logits are read once) and its top-k lists kept, then, where every logit was finite or
+    // none is checked, the experts and weights from the lists (or row by row where a group's were not taken).
     const index_t groups = (m + V::group_rows - 1) / V::group_rows;
-    detail::parallel_for(threads_for(m * n), groups, [&](index_t grp) {
-      T* x = buffers.rows + V::group_rows * CpuTuning::padded(n) * detail::thread_id();  // aligned
-      const index_t i0 = grp * V::group_rows, rows = std::min(V::group_rows, m - i0);
-      V::load_tiles(s.row(i0), s.stride, rows, n, x);  // a last, partial tile repeats its last row
-      const MatrixView<std::int32_t> experts(out.experts.row(i0), rows, k, out.experts.stride);
-      const MatrixView<T> weights(out.weights.row(i0), rows, k, out.weights.stride);
-      if (!V::topk_tiles_weights(Weights::scores, x, n, nullptr, k, rows, experts, weights)) {
-        for (index_t q = 0; q < rows; ++q) route_row(i0 + q);
-        return;
+    const int nt = threads_for(m * n);
+    bool non_finite = false;
+    detail::parallel(nt, [&] {
+      bool finite = true;
+      SSR_OMP(for schedule(static))
+      for (index_t grp = 0; grp < groups; ++grp) {
+        T* x = buffers.rows + V::group_rows * CpuTuning::padded(n) * detail::thread_id();  // aligned
+        const index_t i0 = grp * V::group_rows, rows = std::min(V::group_rows, m - i0);
+        // A last, partial tile repeats its last row.
+        finite = V::load_tiles(s.row(i0), s.stride, rows, n, x) && finite;
+        buffers.listed[grp] = V::topk_of_tiles(x, n, nullptr, k, rows, buffers.lists + grp * lists_size(k));
       }
-      if (!out.noise.empty())
-        for (index_t q = 0; q < rows; ++q)
-          math::noise_output(
-              spec, n, [](index_t) { return 0.0; }, out.noise.row(i0 + q));
+      if (check && !finite) {
+        SSR_OMP(atomic write)
+        non_finite = true;
+      }
+      SSR_OMP(barrier)
+      if (non_finite) return;  // every thread, after the barrier
+      SSR_OMP(for schedule(static))
+      for (index_t grp = 0; grp < groups; ++grp) {
+        const index_t i0 = grp * V::group_rows, rows = std::min(V::group_rows, m - i0);
+        const MatrixView<std::int32_t> experts(out.experts.row(i0), rows, k, out.experts.stride);
+        const MatrixView<T> weights(out.weights.row(i0), rows, k, out.weights.stride);
+        if (!buffers.listed[grp] || !V::outputs_of_tiles(Weights::scores, nullptr, n, nullptr, k, rows,
+                                                         buffers.lists + grp * lists_size(k), experts, weights)) {
+          for (index_t q = 0; q < rows; ++q) route_row(i0 + q);
+          continue;
+        }
+        if (!out.noise.empty())
+          for (index_t q = 0; q < rows; ++q)
+            math::noise_output(
+                spec, n, [](index_t) { return 0.0; }, out.noise.row(i0 + q));
+      }
     });
+    return !non_finite;
   }
 
   // The softmax path with noise (softmax scores without groups: NoisyCost::validate), a group of tiles of

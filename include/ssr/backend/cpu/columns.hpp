@@ -14,6 +14,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -41,11 +42,22 @@ constexpr int widest() {
 #endif
 }
 
+// The bits of x - x (+0 where x is finite, NaN else) OR-ed into seen, integers of x's size: no comparison,
+// which GCC makes a lane at a time for 64-byte vectors here, and no chain of latencies.
+template <class Seen, class V>
+SSR_LANES_INLINE void note_finite(Seen& seen, const V& x) {
+  const V d = x - x;  // NOLINT(misc-redundant-expression)
+  Seen bits;
+  std::memcpy(&bits, &d, sizeof bits);
+  seen |= bits;
+}
+
 // One tile from the rows at row[0..tile) (n columns, from column `from` on) into x by columns, in vectors of
 // L lanes. Where Top, also the maximum of each row over those columns, into top (a tile's column: tile / L
-// vectors): the maximum of finite values, which no order changes.
-template <class T, int L, bool Top>
-SSR_LANES_INLINE void copy_tile(const T* const* row, index_t n, T* x, T* top, index_t from = 0) {
+// vectors): the maximum of finite values, which no order changes; else whether each value is finite, into
+// seen (note_finite; where Top, the kernel looks).
+template <class T, int L, bool Top, class Seen>
+SSR_LANES_INLINE void copy_tile(const T* const* row, index_t n, T* x, T* top, Seen& seen, index_t from = 0) {
   SSR_LANES(V, T, L);
   constexpr index_t per = tile / L;  // vectors a column
   V best[per];
@@ -58,6 +70,10 @@ SSR_LANES_INLINE void copy_tile(const T* const* row, index_t n, T* x, T* top, in
         V r[L], c[L];
         SSR_UNROLL
         for (index_t l = 0; l < L; ++l) std::memcpy(&r[l], row[h * L + l] + j0, sizeof(V));
+        if constexpr (!Top) {
+          SSR_UNROLL
+          for (index_t l = 0; l < L; ++l) note_finite(seen, r[l]);
+        }
         if constexpr (L == 2) {
           c[0] = __builtin_shufflevector(r[0], r[1], 0, 2);
           c[1] = __builtin_shufflevector(r[0], r[1], 1, 3);
@@ -108,12 +124,14 @@ SSR_LANES_INLINE void copy_tile(const T* const* row, index_t n, T* x, T* top, in
 #endif
   for (index_t j = j0; j < n; ++j) {
     for (index_t q = 0; q < tile; ++q) x[j * tile + q] = row[q][j];
-    if constexpr (Top)
-      for (index_t h = 0; h < per; ++h) {
-        V e;
-        std::memcpy(&e, x + j * tile + h * L, sizeof e);
+    for (index_t h = 0; h < per; ++h) {
+      V e;
+      std::memcpy(&e, x + j * tile + h * L, sizeof e);
+      if constexpr (Top)
         best[h] = best[h] < e ? e : best[h];
-      }
+      else
+        note_finite(seen, e);
+    }
   }
   if constexpr (Top) std::memcpy(top, best, sizeof best);
 }
@@ -258,21 +276,24 @@ SSR_LANES_INLINE void kernel_of_tile(T* x, index_t n, const T* top, T scale, T b
 }
 
 // The tiles of `rows` rows (see the top of this file) in vectors of L lanes; where Kernel, each tile then
-// holds the float kernel of its rows for the cost (kernel_of_tile, its exps in vectors of E floats), and the
-// return says whether every S_ij was finite, else true.
+// holds the float kernel of its rows for the cost (kernel_of_tile, its exps in vectors of E floats). Returns
+// whether every S_ij was finite.
 template <class T, int L, bool Kernel, int E = own_exp_lanes(L)>
 SSR_LANES_INLINE bool tiles_in_lanes(const T* s, index_t stride, index_t rows, index_t n, T scale, T bound, T* x,
                                      Cost cost = Cost::linear) {
   SSR_LANES(V, T, L);
-  auto non_finite = V{} != V{};  // lanes that met a non-finite value: a mask, all clear
+  using Word = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+  SSR_LANES(Bits, Word, L);
+  auto non_finite = V{} != V{};  // lanes that met a non-finite value in the kernel: a mask, all clear
+  Bits seen{};                   // note_finite of the values copied, where no kernel
   for (index_t i0 = 0; i0 < rows; i0 += tile, x += n * tile) {
     const T* row[tile];
     for (index_t q = 0; q < tile; ++q) row[q] = s + (i0 + std::min(q, rows - 1 - i0)) * stride;
     alignas(64) T top[tile];
-    copy_tile<T, L, Kernel>(row, n, x, top);
+    copy_tile<T, L, Kernel>(row, n, x, top, seen);
     if constexpr (Kernel) kernel_of_tile<T, L, E>(x, n, top, scale, bound, cost, non_finite);
   }
-  return !lanes::any_lane(non_finite);
+  return !lanes::any_lane(non_finite) && !lanes::any_bit(seen);
 }
 
 #if defined(SSR_DISPATCH_AVX2)
@@ -298,8 +319,12 @@ SSR_LANES_INLINE bool tiles_two_columns(const float* s, index_t stride, index_t 
                                         float bound, float* x, Cost cost = Cost::linear) {
   SSR_LANES(W, float, 16);
   SSR_LANES(V, float, 8);
+  SSR_LANES(WBits, std::uint32_t, 16);
+  SSR_LANES(VBits, std::uint32_t, 8);
   auto non_finite = W{} != W{};
   auto non_finite_last = V{} != V{};  // an odd n's last column
+  WBits seen{};                       // note_finite of the values copied, where no kernel
+  VBits seen_last{};                  // the same, of the columns copy_tile takes
   for (index_t i0 = 0; i0 < rows; i0 += tile, x += n * tile) {
     const float* row[tile];
     for (index_t q = 0; q < tile; ++q) row[q] = s + (i0 + std::min(q, rows - 1 - i0)) * stride;
@@ -309,6 +334,10 @@ SSR_LANES_INLINE bool tiles_two_columns(const float* s, index_t stride, index_t 
       W a[tile], b[tile];
       SSR_UNROLL
       for (index_t q = 0; q < tile; ++q) std::memcpy(&a[q], row[q] + j0, sizeof(W));
+      if constexpr (!Kernel) {  // the kernel looks at its values
+        SSR_UNROLL
+        for (index_t q = 0; q < tile; ++q) note_finite(seen, a[q]);
+      }
       SSR_UNROLL
       for (int v = 0; v < 4; ++v) {
         b[v] = __builtin_shufflevector(a[v], a[v + 4], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
@@ -344,6 +373,7 @@ SSR_LANES_INLINE bool tiles_two_columns(const float* s, index_t stride, index_t 
         std::memcpy(&first, row[2 * k] + j0, sizeof first);
         std::memcpy(&second, row[2 * k + 1] + j0, sizeof second);
         a[k] = __builtin_shufflevector(first, second, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        if constexpr (!Kernel) note_finite(seen, a[k]);
       }
       SSR_UNROLL
       for (int v = 0; v < 2; ++v) {
@@ -365,7 +395,7 @@ SSR_LANES_INLINE bool tiles_two_columns(const float* s, index_t stride, index_t 
       }
     }
     alignas(64) float top[tile];
-    copy_tile<float, 8, Kernel>(row, n, x, top, j0);
+    copy_tile<float, 8, Kernel>(row, n, x, top, seen_last, j0);
     if constexpr (Kernel) {  // the maxima of the even and odd columns' blocks join the rest's
       V t;
       std::memcpy(&t, top, sizeof t);
@@ -381,7 +411,8 @@ SSR_LANES_INLINE bool tiles_two_columns(const float* s, index_t stride, index_t 
       if (cost == Cost::softmax) softmax_of_tile<E>(x, n, scale, bound);
     }
   }
-  return !lanes::any_lane(non_finite) && !lanes::any_lane(non_finite_last);
+  return !lanes::any_lane(non_finite) && !lanes::any_lane(non_finite_last) && !lanes::any_bit(seen) &&
+         !lanes::any_bit(seen_last);
 }
 #endif
 
@@ -393,8 +424,8 @@ SSR_TARGET_AVX512_FMA bool tiles_avx512(const float* s, index_t stride, index_t 
 }
 #endif
 
-// The tiles (and, where Kernel, the float kernel of the cost and whether every value was finite) of `rows`
-// rows on the widest path this processor runs.
+// The tiles (and, where Kernel, the float kernel of the cost) of `rows` rows on the widest path this
+// processor runs; returns whether every value was finite.
 template <class T, bool Kernel>
 inline bool tiles(const T* s, index_t stride, index_t rows, index_t n, T scale, T bound, T* x,
                   Cost cost = Cost::linear) {

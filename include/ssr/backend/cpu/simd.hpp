@@ -152,10 +152,10 @@ struct Simd {
 
   // Copies `rows` rows of s (row stride `stride`, n columns) into ceil(rows / tile) tiles by columns, one
   // after another: x[(t * n + j) * tile + q] = s[(t * tile + q) * stride + j]; a last, partial tile repeats
-  // its last row (columns::tiles, columns.hpp).
-  static void load_tiles(const T* s, index_t stride, index_t rows, index_t n, T* x) {
+  // its last row (columns::tiles, columns.hpp). Returns whether every value was finite (math::is_finite).
+  static bool load_tiles(const T* s, index_t stride, index_t rows, index_t n, T* x) {
     static_assert(columns::tile == tile, "one tile");
-    columns::tiles<T, false>(s, stride, rows, n, T(0), T(0), x);
+    return columns::tiles<T, false>(s, stride, rows, n, T(0), T(0), x);
   }
 
   // One column of a tile: a value per row, whole packets.
@@ -175,28 +175,64 @@ struct Simd {
   // math::normalised_weights, bit for bit. Empty weights: the experts alone. Returns false, its outputs undefined,
   // where topk::tiles does or where an element chosen is below `least` (as held in the tiles, before v): the caller
   // then routes that group row by row.
-  template <int K = 1>
   static bool topk_tiles_weights(Weights form, const T* x, index_t n, const T* v, int k, index_t rows,
                                  MatrixView<std::int32_t> experts, MatrixView<T> weights,
                                  T least = -std::numeric_limits<T>::infinity()) {
-    if (k == K) return topk_tiles_weights<K>(form, x, n, v, rows, experts, weights, least);
+    return with_k(k, [&](auto k_constant) {
+      constexpr int K = decltype(k_constant)::value;
+      alignas(64) T lists[2 * K * group_rows];
+      return topk_of_tiles<K>(x, n, v, rows, lists) &&
+             outputs_of_tiles<K>(form, x, n, v, rows, lists, experts, weights, least);
+    });
+  }
+
+  // topk_tiles_weights in two steps, so that a caller can keep a group's lists (2 * k * group_rows values,
+  // aligned to 64 bytes) between them: the top-k of the group's tiles into `lists`, false where topk::tiles
+  // is; then the experts and weights from the lists, false where a chosen element is below `least` (the
+  // tiles x are read only where least is finite).
+  static bool topk_of_tiles(const T* x, index_t n, const T* v, int k, index_t rows, T* lists) {
+    return with_k(k, [&](auto k_constant) { return topk_of_tiles<decltype(k_constant)::value>(x, n, v, rows, lists); });
+  }
+  static bool outputs_of_tiles(Weights form, const T* x, index_t n, const T* v, int k, index_t rows, const T* lists,
+                               MatrixView<std::int32_t> experts, MatrixView<T> weights,
+                               T least = -std::numeric_limits<T>::infinity()) {
+    return with_k(k, [&](auto k_constant) {
+      return outputs_of_tiles<decltype(k_constant)::value>(form, x, n, v, rows, lists, experts, weights, least);
+    });
+  }
+
+  // f(std::integral_constant<int, k>{}) for k in [1, tile_k], so that the lists stay in registers; false
+  // for a larger k.
+  template <class F, int K = 1>
+  static bool with_k(int k, const F& f) {
+    if (k == K) return f(std::integral_constant<int, K>{});
     if constexpr (K < tile_k) {
-      return topk_tiles_weights<K + 1>(form, x, n, v, k, rows, experts, weights, least);
+      return with_k<F, K + 1>(k, f);
     } else {
       return false;
     }
   }
 
+  // A group's lists of K values and of their experts (as T), each [K][group_rows], one after the other.
   template <int K>
-  static bool topk_tiles_weights(Weights form, const T* x, index_t n, const T* v, index_t rows,
-                                 MatrixView<std::int32_t> experts, MatrixView<T> weights, T least) {
+  using Lists = T[K][group_rows];
+
+  template <int K>
+  static bool topk_of_tiles(const T* x, index_t n, const T* v, index_t rows, T* lists) {
     static_assert(topk::tile == tile, "one tile");
     const index_t count = (rows + tile - 1) / tile;
-    alignas(64) T value[K][group_rows], index[K][group_rows];
     if (n > exact_index) return false;
-    const bool found = v ? topk::tiles<T, K, group, true>(x, n, count, v, value[0], index[0], group_rows)
-                         : topk::tiles<T, K, group, false>(x, n, count, nullptr, value[0], index[0], group_rows);
-    if (!found) return false;
+    T* index = lists + K * group_rows;
+    return v ? topk::tiles<T, K, group, true>(x, n, count, v, lists, index, group_rows)
+             : topk::tiles<T, K, group, false>(x, n, count, nullptr, lists, index, group_rows);
+  }
+
+  template <int K>
+  static bool outputs_of_tiles(Weights form, const T* x, index_t n, const T* v, index_t rows, const T* lists,
+                               MatrixView<std::int32_t> experts, MatrixView<T> weights, T least) {
+    const index_t count = (rows + tile - 1) / tile;
+    const auto& value = *reinterpret_cast<const Lists<K>*>(lists);
+    const auto& index = *reinterpret_cast<const Lists<K>*>(lists + K * group_rows);
     // Where Q_ij < least, t = Q_ij * v_j rounds to at most least * max v: a tile whose chosen values are all
     // above that has every chosen Q at least `least`, and only other tiles look their Q up.
     const T above = v && least > -std::numeric_limits<T>::infinity() ? least * *std::max_element(v, v + n) : least;
@@ -220,15 +256,14 @@ struct Simd {
                                              T above, MatrixView<std::int32_t> experts, MatrixView<T> weights) {
     for (index_t g = 0; g < count; ++g) {
       const index_t i0 = g * tile, in_tile = std::min<index_t>(tile, rows - i0);
-      const T* x_tile = x + g * n * tile;
       std::int32_t at[K][tile];  // the chosen experts (a loop the compiler vectorises)
       for (int r = 0; r < K; ++r)
         for (int q = 0; q < tile; ++q) at[r][q] = static_cast<std::int32_t>(index[r][i0 + q]);
-      if (least > -std::numeric_limits<T>::infinity()) {
-        if (any_not_above(value, i0, above))
-          for (index_t q = 0; q < in_tile; ++q)
-            for (int r = 0; r < K; ++r)
-              if (!(x_tile[static_cast<index_t>(at[r][q]) * tile + q] >= least)) return false;
+      if (least > -std::numeric_limits<T>::infinity() && any_not_above(value, i0, above)) {
+        const T* x_tile = x + g * n * tile;
+        for (index_t q = 0; q < in_tile; ++q)
+          for (int r = 0; r < K; ++r)
+            if (!(x_tile[static_cast<index_t>(at[r][q]) * tile + q] >= least)) return false;
       }
       store_rows<K>(at, in_tile, MatrixView<std::int32_t>(experts.row(i0), in_tile, K, experts.stride));
       if (!weights.empty())
