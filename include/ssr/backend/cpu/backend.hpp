@@ -160,9 +160,9 @@ class CpuBackend {
 
  private:
   struct Layout {
-    double* xbuf;  // softmax path: a group's noise and costs in tiles per thread (a row's values without noise)
-    T* rows;       // softmax path: a group of tiles of rows by columns per thread
-    T* lists;      // softmax by tiles: each group's top-k lists (Simd::topk_of_tiles), kept for its outputs
+    double* xbuf;          // softmax path: a group's noise and costs in tiles per thread (a row's values without noise)
+    T* rows;               // softmax path: a group of tiles of rows by columns per thread
+    T* lists;              // softmax by tiles: each group's top-k lists (Simd::topk_of_tiles), kept for its outputs
     std::uint8_t* listed;  // softmax by tiles: per group, whether its lists were taken
     typename cpu::Sinkhorn<T>::Buffers sinkhorn;
     std::int32_t* counts;  // count_load's counters

@@ -336,7 +336,7 @@ SSR_LANES_INLINE bool tiles_two_columns(const float* s, index_t stride, index_t 
       for (index_t q = 0; q < tile; ++q) std::memcpy(&a[q], row[q] + j0, sizeof(W));
       if constexpr (!Kernel) {  // the kernel looks at its values
         SSR_UNROLL
-        for (index_t q = 0; q < tile; ++q) note_finite(seen, a[q]);
+        for (const W& values : a) note_finite(seen, values);
       }
       SSR_UNROLL
       for (int v = 0; v < 4; ++v) {

@@ -180,7 +180,7 @@ struct Simd {
                                  T least = -std::numeric_limits<T>::infinity()) {
     return with_k(k, [&](auto k_constant) {
       constexpr int K = decltype(k_constant)::value;
-      alignas(64) T lists[2 * K * group_rows];
+      alignas(64) T lists[2 * index_t{K} * group_rows];
       return topk_of_tiles<K>(x, n, v, rows, lists) &&
              outputs_of_tiles<K>(form, x, n, v, rows, lists, experts, weights, least);
     });
