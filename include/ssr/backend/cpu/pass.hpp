@@ -241,6 +241,24 @@ SSR_LANES_INLINE void row_sums(const T* q, const T* vt, index_t n, index_t t0, T
     }
   }
   // r = (0 + 2) + (1 + 3), and 1 / r twice (the two halves of a pair), for the column sums.
+#if defined(SSR_SHUFFLE_VECTOR)
+  if constexpr (L == 2 * tile && G == 2) {
+    // Two tiles whose pairs fill 16 lanes: their row sums side by side in one vector (tl's 8 rows, then
+    // tl + 1's), so that one division serves both (a division's throughput bounds the pass otherwise).
+    SSR_UNROLL
+    for (int g = 0; g < G; ++g) r01[g][0] += r23[g][0];
+    const V sum =
+        __builtin_shufflevector(r01[0][0], r01[1][0], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+        __builtin_shufflevector(r01[0][0], r01[1][0], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    std::memcpy(row_sum + t0 * tile, &sum, sizeof sum);
+    const V w = one / (sum < least ? least : sum);
+    const V w0 = __builtin_shufflevector(w, w, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
+    const V w1 = __builtin_shufflevector(w, w, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
+    std::memcpy(inv + 2 * t0 * tile, &w0, sizeof w0);
+    std::memcpy(inv + 2 * (t0 + 1) * tile, &w1, sizeof w1);
+    return;
+  }
+#endif
   SSR_UNROLL
   for (int g = 0; g < G; ++g) {
     const index_t tl = t0 + g;
