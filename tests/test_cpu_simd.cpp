@@ -280,9 +280,13 @@ TEST_CASE("tiles of noise drawn blocks at a time are math::noise_row's, bit for 
             REQUIRE(std::memcmp(got.data(), want.data(), sizeof(double) * want.size()) == 0);
           };
           same("this processor's", [&] { noise::tiles(spec, row0, rows, n, got.data()); });
-          same("one lane", [&] { noise::tiles_in_lanes<1>(spec, row0, rows, n, got.data(), noise::SqrtLanes<1>{}); });
+          same("one lane", [&] {
+            noise::tiles_in_lanes<1>(spec, row0, rows, n, got.data(), noise::SqrtLanes<1>{}, noise::MulLow<1>{});
+          });
 #if defined(SSR_VECTOR_EXTENSIONS)
-          same("two lanes", [&] { noise::tiles_in_lanes<2>(spec, row0, rows, n, got.data(), noise::SqrtLanes<2>{}); });
+          same("two lanes", [&] {
+            noise::tiles_in_lanes<2>(spec, row0, rows, n, got.data(), noise::SqrtLanes<2>{}, noise::MulLow<2>{});
+          });
 #endif
 #if defined(SSR_DISPATCH_AVX2)
           if (ssr::cpu::lanes::has_avx2_fma())

@@ -44,22 +44,23 @@ struct SqrtLanes {
   }
 };
 
-// One vsqrtpd of 4 or 8 doubles: functions of their own, which the always-inlined formula calls (an
-// intrinsic needs a caller compiled for its target; the compiler may inline them once the formula sits in
-// the path's function). Compiled for AVX2 or AVX-512 where a baseline build takes those paths at run time,
-// and as the build's own code where its target has the instruction (a native build's widest vectors).
+// One vsqrtpd of 4 or 8 doubles (and below, one vpmuludq): functions of their own, which the always-inlined
+// formula calls (an intrinsic needs a caller compiled for its target; the compiler may inline them once the
+// formula sits in the path's function). Compiled for AVX2 or AVX-512 where a baseline build takes those
+// paths at run time, and as the build's own code where its target has the instructions (a native build's
+// widest vectors).
 #if defined(SSR_DISPATCH_AVX2)
-#define SSR_NOISE_SQRT_AVX2 SSR_TARGET_AVX2_FMA
-#elif defined(SSR_VECTOR_EXTENSIONS) && defined(__AVX__)
-#define SSR_NOISE_SQRT_AVX2
+#define SSR_NOISE_AVX2 SSR_TARGET_AVX2_FMA
+#elif defined(SSR_VECTOR_EXTENSIONS) && defined(__AVX2__)
+#define SSR_NOISE_AVX2
 #endif
 #if defined(SSR_DISPATCH_AVX512)
-#define SSR_NOISE_SQRT_AVX512 SSR_TARGET_AVX512_FMA
+#define SSR_NOISE_AVX512 SSR_TARGET_AVX512_FMA
 #elif defined(SSR_VECTOR_EXTENSIONS) && defined(__AVX512F__)
-#define SSR_NOISE_SQRT_AVX512
+#define SSR_NOISE_AVX512
 #endif
-#if defined(SSR_NOISE_SQRT_AVX2)
-SSR_NOISE_SQRT_AVX2 inline void sqrt_avx2(lanes::Doubles<4>::Double& y, const lanes::Doubles<4>::Double& x) {
+#if defined(SSR_NOISE_AVX2)
+SSR_NOISE_AVX2 inline void sqrt_avx2(lanes::Doubles<4>::Double& y, const lanes::Doubles<4>::Double& x) {
   __m256d v;
   std::memcpy(&v, &x, sizeof v);
   v = _mm256_sqrt_pd(v);
@@ -71,8 +72,8 @@ struct SqrtAvx2 {
   }
 };
 #endif
-#if defined(SSR_NOISE_SQRT_AVX512)
-SSR_NOISE_SQRT_AVX512 inline void sqrt_avx512(lanes::Doubles<8>::Double& y, const lanes::Doubles<8>::Double& x) {
+#if defined(SSR_NOISE_AVX512)
+SSR_NOISE_AVX512 inline void sqrt_avx512(lanes::Doubles<8>::Double& y, const lanes::Doubles<8>::Double& x) {
   __m512d v;
   std::memcpy(&v, &x, sizeof v);
   v = _mm512_mask_sqrt_pd(v, 0xff, v);  // every lane (_mm512_sqrt_pd reads an undefined vector: GCC 12 warns)
@@ -91,16 +92,76 @@ template <int L>
 struct OwnSqrt {
   using type = SqrtLanes<L>;
 };
-#if defined(SSR_NOISE_SQRT_AVX2)
+#if defined(SSR_NOISE_AVX2)
 template <>
 struct OwnSqrt<4> {
   using type = SqrtAvx2;
 };
 #endif
-#if defined(SSR_NOISE_SQRT_AVX512)
+#if defined(SSR_NOISE_AVX512)
 template <>
 struct OwnSqrt<8> {
   using type = SqrtAvx512;
+};
+#endif
+
+// y = (a mod 2^32) * b in each of L 64-bit lanes, b < 2^32: Philox's products, whose operands fit in 32 bits.
+// GCC makes a 64-bit product of these vectors (vpmullq, three micro-operations and 15 cycles with AVX-512;
+// three vpmuludq and their shifts with AVX2), where one vpmuludq does: MulAvx2 and MulAvx512 take it.
+template <int L>
+struct MulLow {
+  using U = typename lanes::Doubles<L>::Bits;
+  SSR_LANES_INLINE void operator()(U& y, const U& a, std::uint32_t b) const { y = (a & 0xffffffffu) * b; }
+};
+#if defined(SSR_NOISE_AVX2)
+SSR_NOISE_AVX2 inline void mul_low_avx2(lanes::Doubles<4>::Bits& y, const lanes::Doubles<4>::Bits& a, std::uint32_t b) {
+  const lanes::Doubles<4>::Bits spread = lanes::Doubles<4>::Bits{} + b;
+  __m256i v, c;
+  std::memcpy(&v, &a, sizeof v);
+  std::memcpy(&c, &spread, sizeof c);
+  v = _mm256_mul_epu32(v, c);
+  std::memcpy(&y, &v, sizeof v);
+}
+struct MulAvx2 {
+  SSR_LANES_INLINE void operator()(lanes::Doubles<4>::Bits& y, const lanes::Doubles<4>::Bits& a,
+                                   std::uint32_t b) const {
+    mul_low_avx2(y, a, b);
+  }
+};
+#endif
+#if defined(SSR_NOISE_AVX512)
+SSR_NOISE_AVX512 inline void mul_low_avx512(lanes::Doubles<8>::Bits& y, const lanes::Doubles<8>::Bits& a,
+                                            std::uint32_t b) {
+  const lanes::Doubles<8>::Bits spread = lanes::Doubles<8>::Bits{} + b;
+  __m512i v, c;
+  std::memcpy(&v, &a, sizeof v);
+  std::memcpy(&c, &spread, sizeof c);
+  v = _mm512_mask_mul_epu32(v, 0xff, v, c);  // every lane, as sqrt_avx512
+  std::memcpy(&y, &v, sizeof v);
+}
+struct MulAvx512 {
+  SSR_LANES_INLINE void operator()(lanes::Doubles<8>::Bits& y, const lanes::Doubles<8>::Bits& a,
+                                   std::uint32_t b) const {
+    mul_low_avx512(y, a, b);
+  }
+};
+#endif
+
+// The product of L lanes in the build's own code, as OwnSqrt.
+template <int L>
+struct OwnMul {
+  using type = MulLow<L>;
+};
+#if defined(SSR_NOISE_AVX2)
+template <>
+struct OwnMul<4> {
+  using type = MulAvx2;
+};
+#endif
+#if defined(SSR_NOISE_AVX512)
+template <>
+struct OwnMul<8> {
+  using type = MulAvx512;
 };
 #endif
 
@@ -111,9 +172,9 @@ constexpr int widest = lanes::widest_lanes<double>(static_cast<int>(tile));
 
 // The four normals of each of L lanes' blocks, times alpha * sigma (a function, not a lambda: a lambda's body
 // is compiled for the build's own target, not the path's).
-template <int L, class Sqrt>
+template <int L, class Sqrt, class Mul>
 SSR_LANES_INLINE void draw(const RouteSpec& spec, const typename lanes::Doubles<L>::Bits& block,
-                           typename lanes::Doubles<L>::Double (&normal)[4], const Sqrt& sqrt) {
+                           typename lanes::Doubles<L>::Double (&normal)[4], const Sqrt& sqrt, const Mul& mul) {
   using D = typename lanes::Doubles<L>::Double;
   using U = typename lanes::Doubles<L>::Bits;
   const std::uint64_t mask = 0xffffffffu;
@@ -125,7 +186,9 @@ SSR_LANES_INLINE void draw(const RouteSpec& spec, const typename lanes::Doubles<
       k0 += PHILOX_W32_0;
       k1 += PHILOX_W32_1;
     }
-    const U p0 = c0 * PHILOX_M4x32_0, p1 = c2 * PHILOX_M4x32_1;
+    U p0, p1;
+    mul(p0, c0, PHILOX_M4x32_0);
+    mul(p1, c2, PHILOX_M4x32_1);
     const U next0 = (p1 >> 32) ^ c1 ^ k0, next2 = (p0 >> 32) ^ c3 ^ k1;
     c1 = p1 & mask;
     c3 = p0 & mask;
@@ -151,9 +214,9 @@ SSR_LANES_INLINE void draw(const RouteSpec& spec, const typename lanes::Doubles<
 // (n a multiple of 4), lane l takes row r0 + l's block at columns [j, j + 4): word w of the L lanes is then
 // column j + w of L consecutive rows, one vector in the tiles. Else the blocks follow each other in the
 // stream (one run of it: the rows' elements follow each other) and each element goes to its place.
-template <int L, class Sqrt>
+template <int L, class Sqrt, class Mul>
 SSR_LANES_INLINE void tiles_in_lanes(const RouteSpec& spec, index_t row0, index_t rows, index_t n, double* z,
-                                     const Sqrt& sqrt) {
+                                     const Sqrt& sqrt, const Mul& mul) {
   using D = typename lanes::Doubles<L>::Double;
   using U = typename lanes::Doubles<L>::Bits;
   const std::uint64_t e0 = math::element_index(spec, row0, n, 0);
@@ -169,7 +232,7 @@ SSR_LANES_INLINE void tiles_in_lanes(const RouteSpec& spec, index_t row0, index_
       const U first = (lane_of + (spec.first_row + static_cast<std::uint64_t>(row0 + r0))) * un;  // element index
       const auto real = lane_of + static_cast<std::uint64_t>(r0) < U{} + static_cast<std::uint64_t>(rows);
       for (index_t j = 0; j < n; j += 4) {
-        draw<L>(spec, (first + static_cast<std::uint64_t>(j)) >> 2, normal, sqrt);  // wrapping as the stream's
+        draw<L>(spec, (first + static_cast<std::uint64_t>(j)) >> 2, normal, sqrt, mul);  // wrapping as the stream's
         for (int w = 0; w < 4; ++w) {
           if (r0 + L > rows) normal[w] = real ? normal[w] : D{};  // rows past the last: zeros
           std::memcpy(at + (j + w) * tile, &normal[w], sizeof(D));
@@ -185,7 +248,7 @@ SSR_LANES_INLINE void tiles_in_lanes(const RouteSpec& spec, index_t row0, index_
   index_t r = 0, j = 0;  // the row and column of the next element to write
   double* row = z;       // where row r's column 0 lies
   for (std::uint64_t b = 0; b < blocks; b += L) {
-    draw<L>(spec, (lane_of + ((e0 >> 2) + b)) & last_block, normal, sqrt);
+    draw<L>(spec, (lane_of + ((e0 >> 2) + b)) & last_block, normal, sqrt, mul);
     double value[4][L];
     std::memcpy(value, normal, sizeof value);
     // Element `at` of these L blocks (4 l + w) is value[w][l], the element 4 b + at - skip from e0's; the
@@ -208,13 +271,13 @@ SSR_LANES_INLINE void tiles_in_lanes(const RouteSpec& spec, index_t row0, index_
 
 #if defined(SSR_DISPATCH_AVX2)
 SSR_TARGET_AVX2_FMA inline void tiles_avx2(const RouteSpec& spec, index_t row0, index_t rows, index_t n, double* z) {
-  tiles_in_lanes<4>(spec, row0, rows, n, z, SqrtAvx2{});
+  tiles_in_lanes<4>(spec, row0, rows, n, z, SqrtAvx2{}, MulAvx2{});
 }
 #endif
 #if defined(SSR_DISPATCH_AVX512)
 SSR_TARGET_AVX512_FMA inline void tiles_avx512(const RouteSpec& spec, index_t row0, index_t rows, index_t n,
                                                double* z) {
-  tiles_in_lanes<8>(spec, row0, rows, n, z, SqrtAvx512{});
+  tiles_in_lanes<8>(spec, row0, rows, n, z, SqrtAvx512{}, MulAvx512{});
 }
 #endif
 
@@ -229,9 +292,9 @@ inline void tiles(const RouteSpec& spec, index_t row0, index_t rows, index_t n, 
   if (lanes::has_avx2_fma()) return tiles_avx2(spec, row0, rows, n, z);
 #endif
 #if defined(__FMA__) && defined(SSR_VECTOR_EXTENSIONS)
-  tiles_in_lanes<widest>(spec, row0, rows, n, z, OwnSqrt<widest>::type{});
+  tiles_in_lanes<widest>(spec, row0, rows, n, z, OwnSqrt<widest>::type{}, OwnMul<widest>::type{});
 #else
-  tiles_in_lanes<1>(spec, row0, rows, n, z, SqrtLanes<1>{});
+  tiles_in_lanes<1>(spec, row0, rows, n, z, SqrtLanes<1>{}, MulLow<1>{});
 #endif
 }
 
@@ -240,5 +303,5 @@ inline void tiles(const RouteSpec& spec, index_t row0, index_t rows, index_t n, 
 }  // namespace cpu
 }  // namespace ssr
 
-#undef SSR_NOISE_SQRT_AVX2
-#undef SSR_NOISE_SQRT_AVX512
+#undef SSR_NOISE_AVX2
+#undef SSR_NOISE_AVX512
