@@ -6,8 +6,8 @@
 // Each lane draws one block of four normals: Philox4x32-10 (Random123's rounds and constants, its 32-bit
 // words held in 64-bit lanes), the uniforms as random::uniform_open takes them, then the two Box-Muller
 // pairs of math::normal_pair_of, whose formula is written over lanes; each normal is multiplied by alpha *
-// sigma as math::noise_row does. The callers draw tiles of rows at once: a row alone (n / 4 blocks) would
-// fill half an AVX-512 vector at n = 16.
+// sigma as math::noise_row does. A few draws' uniforms are taken before their normals. The callers draw tiles of rows
+// at once: a row alone (n / 4 blocks) would fill half an AVX-512 vector at n = 16.
 #pragma once
 
 #include <algorithm>
@@ -170,15 +170,14 @@ constexpr index_t tile = 8;  // rows a tile (Simd<T>::tile)
 // Doubles in the build's widest vector, at most a tile's column (1 without vector extensions).
 constexpr int widest = lanes::widest_lanes<double>(static_cast<int>(tile));
 
-// The four normals of each of L lanes' blocks, times alpha * sigma (a function, not a lambda: a lambda's body
-// is compiled for the build's own target, not the path's).
-template <int L, class Sqrt, class Mul>
-SSR_LANES_INLINE void draw(const RouteSpec& spec, const typename lanes::Doubles<L>::Bits& block,
-                           typename lanes::Doubles<L>::Double (&normal)[4], const Sqrt& sqrt, const Mul& mul) {
-  using D = typename lanes::Doubles<L>::Double;
+// The uniforms of each of L lanes' blocks: Philox4x32-10 with counter (block, step) and key (seed, layer),
+// as random::draw, each word w taken as random::uniform_open takes it, (w + 0.5) / 2^32 (a function, not a
+// lambda: a lambda's body is compiled for the build's own target, not the path's).
+template <int L, class Mul>
+SSR_LANES_INLINE void uniforms(const RouteSpec& spec, const typename lanes::Doubles<L>::Bits& block,
+                               typename lanes::Doubles<L>::Double (&u)[4], const Mul& mul) {
   using U = typename lanes::Doubles<L>::Bits;
   const std::uint64_t mask = 0xffffffffu;
-  // Philox4x32-10: counter (block, step), key (seed, layer), as random::draw.
   U c0 = block & mask, c1 = block >> 32, c2 = U{} + (spec.step & mask), c3 = U{} + (spec.step >> 32);
   std::uint32_t k0 = spec.seed, k1 = spec.layer;
   for (int round = 0; round < 10; ++round) {
@@ -195,14 +194,20 @@ SSR_LANES_INLINE void draw(const RouteSpec& spec, const typename lanes::Doubles<
     c0 = next0;
     c2 = next2;
   }
-  // random::uniform_open of each word: (w + 0.5) / 2^32, w as a double through 2^52's low bits.
-  D u[4];
-  const U words[4] = {c0, c1, c2, c3};
+  const U words[4] = {c0, c1, c2, c3};  // w as a double through 2^52's low bits
   for (int w = 0; w < 4; ++w) {
     const U bits = words[w] | 0x4330000000000000ull;
     std::memcpy(&u[w], &bits, sizeof bits);
     u[w] = ((u[w] - 4503599627370496.0) + 0.5) * (1.0 / 4294967296.0);
   }
+}
+
+// The four normals of L lanes' blocks from their uniforms: two Box-Muller pairs, times alpha * sigma.
+template <int L, class Sqrt>
+SSR_LANES_INLINE void normals(const RouteSpec& spec, const typename lanes::Doubles<L>::Double (&u)[4],
+                              typename lanes::Doubles<L>::Double (&normal)[4], const Sqrt& sqrt) {
+  using D = typename lanes::Doubles<L>::Double;
+  using U = typename lanes::Doubles<L>::Bits;
   math::normal_pair_of<D, U>(u[0], u[1], normal[0], normal[1], lanes::Fused<L>{}, sqrt);
   math::normal_pair_of<D, U>(u[2], u[3], normal[2], normal[3], lanes::Fused<L>{}, sqrt);
   const double scale = spec.noise_alpha * spec.noise_sigma;
@@ -225,18 +230,38 @@ SSR_LANES_INLINE void tiles_in_lanes(const RouteSpec& spec, index_t row0, index_
   U lane_of;
   std::memcpy(&lane_of, lanes_from_0, sizeof lane_of);
   D normal[4];
+  // Draws whose Philox rounds run side by side before their normals: a block's ten rounds are one chain of
+  // dependent products, which its normals waited on (4 of them: 1.07-1.16x a noisy route; 6 gained nothing).
+  constexpr index_t chain = 4;
   if (n % 4 == 0 && tile % L == 0) {  // rows of whole blocks (e0 = (first_row + row0) n is a multiple of 4)
+    // The draws go row group by row group (L rows), four columns at a time; `chain` draws' Philox rounds
+    // run side by side before their normals.
     const auto un = static_cast<std::uint64_t>(n);
-    for (index_t r0 = 0; r0 < (rows + tile - 1) / tile * tile; r0 += L) {  // whole tiles
-      double* at = z + (r0 / tile * n) * tile + r0 % tile;                 // column 0 of rows [r0, r0 + L)
-      const U first = (lane_of + (spec.first_row + static_cast<std::uint64_t>(row0 + r0))) * un;  // element index
-      const auto real = lane_of + static_cast<std::uint64_t>(r0) < U{} + static_cast<std::uint64_t>(rows);
-      for (index_t j = 0; j < n; j += 4) {
-        draw<L>(spec, (first + static_cast<std::uint64_t>(j)) >> 2, normal, sqrt, mul);  // wrapping as the stream's
-        for (int w = 0; w < 4; ++w) {
-          if (r0 + L > rows) normal[w] = real ? normal[w] : D{};  // rows past the last: zeros
-          std::memcpy(at + (j + w) * tile, &normal[w], sizeof(D));
+    const index_t whole = (rows + tile - 1) / tile * tile;  // rows of whole tiles
+    index_t r0 = 0, j = 0;                                  // the next draw's rows and columns
+    // The element index of column 0 of rows [r0, r0 + L) (modulo 2^64, as the stream's).
+    U first = (lane_of + (spec.first_row + static_cast<std::uint64_t>(row0))) * un;
+    while (r0 < whole) {
+      index_t r[chain], c[chain], count = 0;
+      D u[chain][4];
+      for (; count < chain && r0 < whole; ++count) {
+        r[count] = r0;
+        c[count] = j;
+        uniforms<L>(spec, (first + static_cast<std::uint64_t>(j)) >> 2, u[count], mul);  // wrapping as the stream's
+        if ((j += 4) == n) {
+          j = 0;
+          r0 += L;
+          first += static_cast<std::uint64_t>(L) * un;
         }
+      }
+      for (index_t d = 0; d < count; ++d) {
+        double* at = z + (r[d] / tile * n + c[d]) * tile + r[d] % tile;  // column c of rows [r, r + L)
+        normals<L>(spec, u[d], normal, sqrt);
+        if (r[d] + L > rows) {  // rows past the last: zeros
+          const auto real = lane_of + static_cast<std::uint64_t>(r[d]) < U{} + static_cast<std::uint64_t>(rows);
+          for (auto& v : normal) v = real ? v : D{};
+        }
+        for (int w = 0; w < 4; ++w) std::memcpy(at + w * tile, &normal[w], sizeof(D));
       }
     }
     return;
@@ -247,20 +272,28 @@ SSR_LANES_INLINE void tiles_in_lanes(const RouteSpec& spec, index_t row0, index_
                       blocks = (skip + count + 3) / 4, last_block = (std::uint64_t{1} << 62) - 1;
   index_t r = 0, j = 0;  // the row and column of the next element to write
   double* row = z;       // where row r's column 0 lies
-  for (std::uint64_t b = 0; b < blocks; b += L) {
-    draw<L>(spec, (lane_of + ((e0 >> 2) + b)) & last_block, normal, sqrt, mul);
-    double value[4][L];
-    std::memcpy(value, normal, sizeof value);
-    // Element `at` of these L blocks (4 l + w) is value[w][l], the element 4 b + at - skip from e0's; the
-    // rows' take theirs, in order.
-    const std::uint64_t from = b == 0 ? skip : 0,
-                        to = std::min<std::uint64_t>(std::uint64_t{4} * L, skip + count - 4 * b);
-    for (std::uint64_t at = from; at < to; ++at) {
-      row[j * tile] = value[at & 3u][at >> 2];
-      if (++j == n) {
-        j = 0;
-        ++r;
-        row = z + (r / tile * n) * tile + r % tile;
+  const auto chained = static_cast<std::uint64_t>(chain) * L;
+  for (std::uint64_t b0 = 0; b0 < blocks; b0 += chained) {  // `chain` draws of L blocks, as above
+    const index_t here = static_cast<index_t>(std::min(chained, blocks - b0) + L - 1) / L;
+    D u[chain][4];
+    for (index_t d = 0; d < here; ++d)
+      uniforms<L>(spec, (lane_of + ((e0 >> 2) + b0 + static_cast<std::uint64_t>(d) * L)) & last_block, u[d], mul);
+    for (index_t d = 0; d < here; ++d) {
+      const std::uint64_t b = b0 + static_cast<std::uint64_t>(d) * L;
+      normals<L>(spec, u[d], normal, sqrt);
+      double value[4][L];
+      std::memcpy(value, normal, sizeof value);
+      // Element `at` of these L blocks (4 l + w) is value[w][l], the element 4 b + at - skip from e0's; the
+      // rows' take theirs, in order.
+      const std::uint64_t from = b == 0 ? skip : 0,
+                          to = std::min<std::uint64_t>(std::uint64_t{4} * L, skip + count - 4 * b);
+      for (std::uint64_t at = from; at < to; ++at) {
+        row[j * tile] = value[at & 3u][at >> 2];
+        if (++j == n) {
+          j = 0;
+          ++r;
+          row = z + (r / tile * n) * tile + r % tile;
+        }
       }
     }
   }
