@@ -86,25 +86,6 @@ struct SqrtAvx512 {
 };
 #endif
 
-// The square root of L lanes in the build's own code: one instruction where there is one above, else a lane
-// at a time.
-template <int L>
-struct OwnSqrt {
-  using type = SqrtLanes<L>;
-};
-#if defined(SSR_NOISE_AVX2)
-template <>
-struct OwnSqrt<4> {
-  using type = SqrtAvx2;
-};
-#endif
-#if defined(SSR_NOISE_AVX512)
-template <>
-struct OwnSqrt<8> {
-  using type = SqrtAvx512;
-};
-#endif
-
 // y = (a mod 2^32) * b in each of L 64-bit lanes, b < 2^32: Philox's products, whose operands fit in 32 bits.
 // GCC makes a 64-bit product of these vectors (vpmullq, three micro-operations and 15 cycles with AVX-512;
 // three vpmuludq and their shifts with AVX2), where one vpmuludq does: MulAvx2 and MulAvx512 take it.
@@ -147,21 +128,25 @@ struct MulAvx512 {
 };
 #endif
 
-// The product of L lanes in the build's own code, as OwnSqrt.
+// The square root and the product of L lanes in the build's own code: one instruction where there is one
+// above, else a lane at a time (the square root) and GCC's product.
 template <int L>
-struct OwnMul {
-  using type = MulLow<L>;
+struct Own {
+  using Sqrt = SqrtLanes<L>;
+  using Mul = MulLow<L>;
 };
 #if defined(SSR_NOISE_AVX2)
 template <>
-struct OwnMul<4> {
-  using type = MulAvx2;
+struct Own<4> {
+  using Sqrt = SqrtAvx2;
+  using Mul = MulAvx2;
 };
 #endif
 #if defined(SSR_NOISE_AVX512)
 template <>
-struct OwnMul<8> {
-  using type = MulAvx512;
+struct Own<8> {
+  using Sqrt = SqrtAvx512;
+  using Mul = MulAvx512;
 };
 #endif
 
@@ -325,7 +310,7 @@ inline void tiles(const RouteSpec& spec, index_t row0, index_t rows, index_t n, 
   if (lanes::has_avx2_fma()) return tiles_avx2(spec, row0, rows, n, z);
 #endif
 #if defined(__FMA__) && defined(SSR_VECTOR_EXTENSIONS)
-  tiles_in_lanes<widest>(spec, row0, rows, n, z, OwnSqrt<widest>::type{}, OwnMul<widest>::type{});
+  tiles_in_lanes<widest>(spec, row0, rows, n, z, Own<widest>::Sqrt{}, Own<widest>::Mul{});
 #else
   tiles_in_lanes<1>(spec, row0, rows, n, z, SqrtLanes<1>{}, MulLow<1>{});
 #endif
