@@ -28,20 +28,6 @@ inline namespace SSR_LANES_NAMESPACE {
 // Floats in the widest vector (1 without vector extensions).
 constexpr int widest = lanes::widest_lanes<float>(16);
 
-// y = a * b + c rounded once (a fused multiply-add) in each of L lanes: one instruction a vector where the
-// target has FMA (the AVX2 path, AArch64), else a call to std::fma a lane, exact everywhere but slow. A
-// statement over arrays, as no vector is passed to a function (and GCC reads no lane of a vector whose
-// width is a template's argument); the copies stay in registers.
-#define SSR_FUSED(L, y, a, b, c)                                                \
-  do {                                                                          \
-    float y_[L], a_[L], b_[L], c_[L];                                           \
-    std::memcpy(a_, &(a), sizeof a_);                                           \
-    std::memcpy(b_, &(b), sizeof b_);                                           \
-    std::memcpy(c_, &(c), sizeof c_);                                           \
-    for (int l_ = 0; l_ < (L); ++l_) y_[l_] = std::fma(a_[l_], b_[l_], c_[l_]); \
-    std::memcpy(&(y), y_, sizeof y_);                                           \
-  } while (false)
-
 // exp of L floats (L a power of two up to 16) from in to out, unaligned: on whole vectors (no calls, so
 // no vector crosses a function boundary in a build without its registers), or a float at a time without
 // vector extensions (the same operations). max(-88, x) and min(x, 88) in std::max's and std::min's order
@@ -73,20 +59,20 @@ SSR_LANES_INLINE void exp_lanes(const float* in, float* out) {
   const F log2e = F{} + 1.44269504088896341f, magic = F{} + 12582912.0f;
   const F ln2_hi = F{} - 0.693359375f, ln2_lo = F{} + 2.12194440e-4f;  // -ln2 in two parts
   F shifted, r, y;
-  SSR_FUSED(L, shifted, x, log2e, magic);
+  SSR_LANES_FUSED(float, L, shifted, x, log2e, magic);
   const F kf = shifted - magic;
-  SSR_FUSED(L, r, kf, ln2_hi, x);
-  SSR_FUSED(L, r, kf, ln2_lo, r);
+  SSR_LANES_FUSED(float, L, r, kf, ln2_hi, x);
+  SSR_LANES_FUSED(float, L, r, kf, ln2_lo, r);
   const F c5 = F{} + 1.9875691500e-4f, c4 = F{} + 1.3981999507e-3f, c3 = F{} + 8.3334519073e-3f,
           c2 = F{} + 4.1665795894e-2f, c1 = F{} + 1.6666665459e-1f, c0 = F{} + 5.0000001201e-1f;
-  SSR_FUSED(L, y, c5, r, c4);
-  SSR_FUSED(L, y, y, r, c3);
-  SSR_FUSED(L, y, y, r, c2);
-  SSR_FUSED(L, y, y, r, c1);
-  SSR_FUSED(L, y, y, r, c0);
+  SSR_LANES_FUSED(float, L, y, c5, r, c4);
+  SSR_LANES_FUSED(float, L, y, y, r, c3);
+  SSR_LANES_FUSED(float, L, y, y, r, c2);
+  SSR_LANES_FUSED(float, L, y, y, r, c1);
+  SSR_LANES_FUSED(float, L, y, y, r, c0);
   const F yr = y * r;
   F p;
-  SSR_FUSED(L, p, yr, r, r);
+  SSR_LANES_FUSED(float, L, p, yr, r, r);
   p += 1.0f;
   // 2^k for whole k in [-127, 127]: k + 127 in the exponent bits (0 for k = -127).
   I bits;
@@ -151,5 +137,3 @@ SSR_LANES_INLINE void exp(const float* in, float* out, index_t count) {
 }  // namespace fexp
 }  // namespace cpu
 }  // namespace ssr
-
-#undef SSR_FUSED

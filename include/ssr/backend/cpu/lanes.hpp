@@ -2,15 +2,15 @@
 // cost_tiles.hpp, noise.hpp, finite.hpp) builds on: whether the compiler has vector extensions, the widest
 // vector the build compiles to one register, and the AVX2 and AVX-512 paths that a baseline x86-64 build
 // (SSE2) takes at run time where the processor has them; any_lane, which reads a comparison's lanes;
-// vectors of doubles with a lane-wise fused multiply-add; and prefetch.
+// lane-wise fused multiply-adds (SSR_LANES_FUSED, and Fused over vectors of doubles); and prefetch.
 //
 // Such code declares its vector types inside each function (SSR_LANES), passes no vector to a function
 // (one crossing a function boundary in a build without its registers changes the ABI), and its functions
 // are inlined into their callers (SSR_LANES_INLINE), the AVX2 ones included. Every lane takes the same
-// operations in the same order, so the width changes no bit; the AVX2 path has no FMA (AVX2 alone does not
-// imply it) and the AVX-512 path fuses nothing, so both give the baseline's bits. The float exp, whose
-// formula is written with fused multiply-adds (the same bits wherever they are computed), takes AVX2 with
-// FMA, or AVX-512.
+// operations in the same order, so the width changes no bit; the AVX2 and AVX-512 paths fuse no product
+// into a sum that the formula does not fuse itself, so both give the baseline's bits. Formulas written with
+// fused multiply-adds (SSR_LANES_FUSED, Fused: the same bits wherever they are computed), such as the float
+// exp and the scaled pass, take AVX2 with FMA, or AVX-512.
 #pragma once
 
 #include <cmath>
@@ -21,6 +21,9 @@
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
+#endif
+#if defined(__GNUC__) && !defined(__CUDACC__) && (defined(__x86_64__) || defined(__i386__))
+#include <immintrin.h>
 #endif
 
 // SSR_NO_VECTOR_EXTENSIONS (or Eigen's EIGEN_DONT_VECTORIZE) asks for one lane at a time. So does nvcc:
@@ -84,6 +87,21 @@
   static_assert((L) == 1, "one lane without vector extensions"); \
   using Name = T
 #endif
+
+// SSR_LANES_FUSED(T, L, y, a, b, c): y = a * b + c rounded once (a fused multiply-add) in each of the L lanes
+// of T in vectors a, b, c and y: one instruction a vector where the target has FMA (the AVX2 and AVX-512
+// paths, AArch64), else std::fma a lane, exact everywhere but slow. A statement over arrays, as no vector
+// is passed to a function (and GCC reads no lane of a vector whose width is a template's argument); the
+// copies stay in registers.
+#define SSR_LANES_FUSED(T, L, y, a, b, c)                                       \
+  do {                                                                          \
+    T y_[L], a_[L], b_[L], c_[L];                                               \
+    std::memcpy(a_, &(a), sizeof a_);                                           \
+    std::memcpy(b_, &(b), sizeof b_);                                           \
+    std::memcpy(c_, &(c), sizeof c_);                                           \
+    for (int l_ = 0; l_ < (L); ++l_) y_[l_] = std::fma(a_[l_], b_[l_], c_[l_]); \
+    std::memcpy(&(y), y_, sizeof y_);                                           \
+  } while (false)
 
 namespace ssr {
 namespace cpu {
@@ -210,13 +228,127 @@ template <int L>
 struct Fused {
   using D = typename Doubles<L>::Double;
   SSR_LANES_INLINE void operator()(D& y, const D& a, const D& b, const D& c) const {
-    double y_[L], a_[L], b_[L], c_[L];
-    std::memcpy(a_, &a, sizeof a_);
-    std::memcpy(b_, &b, sizeof b_);
-    std::memcpy(c_, &c, sizeof c_);
-    for (int l = 0; l < L; ++l) y_[l] = std::fma(a_[l], b_[l], c_[l]);
-    std::memcpy(&y, y_, sizeof y_);
+    SSR_LANES_FUSED(double, L, y, a, b, c);
   }
+};
+
+// Fused multiply-adds a * b + c over whole vectors, rounded once in each lane, for code whose vectors' width
+// is a template's argument: overloads of `apply` for each vector type (declared outside any template, so
+// that a vector of a width fixed by a template's arguments finds its own), one instruction a vector where
+// the path fuses, else std::fma a lane. FusedAvx2 and FusedAvx512 serve the paths compiled for AVX2 with
+// FMA and for AVX-512 (and builds for them); FusedOwn the build's own code.
+#if defined(SSR_VECTOR_EXTENSIONS)
+typedef float Floats4 __attribute__((vector_size(16)));   // NOLINT(modernize-use-using)
+typedef float Floats8 __attribute__((vector_size(32)));   // NOLINT(modernize-use-using)
+typedef float Floats16 __attribute__((vector_size(64)));  // NOLINT(modernize-use-using)
+
+// y = std::fma(a, b, c) a lane, for a vector of T.
+template <class T, class V>
+SSR_LANES_INLINE void fused_lanes(V& y, const V& a, const V& b, const V& c) {
+  SSR_LANES_FUSED(T, static_cast<int>(sizeof(V) / sizeof(T)), y, a, b, c);
+}
+#endif
+
+#if defined(SSR_VECTOR_EXTENSIONS) && (defined(__x86_64__) || defined(__i386__))
+#if defined(SSR_DISPATCH_AVX2) || defined(__FMA__)
+#if defined(SSR_DISPATCH_AVX2)
+#define SSR_LANES_FUSED_AVX2 SSR_TARGET_AVX2_FMA
+#else
+#define SSR_LANES_FUSED_AVX2
+#endif
+SSR_LANES_FUSED_AVX2 inline void fused_avx2(Floats8& y, const Floats8& a, const Floats8& b, const Floats8& c) {
+  y = _mm256_fmadd_ps(a, b, c);
+}
+SSR_LANES_FUSED_AVX2 inline void fused_avx2(Doubles<4>::Double& y, const Doubles<4>::Double& a,
+                                            const Doubles<4>::Double& b, const Doubles<4>::Double& c) {
+  y = _mm256_fmadd_pd(a, b, c);
+}
+struct FusedAvx2 {
+  static SSR_LANES_INLINE void apply(Floats8& y, const Floats8& a, const Floats8& b, const Floats8& c) {
+    fused_avx2(y, a, b, c);
+  }
+  static SSR_LANES_INLINE void apply(Doubles<4>::Double& y, const Doubles<4>::Double& a, const Doubles<4>::Double& b,
+                                     const Doubles<4>::Double& c) {
+    fused_avx2(y, a, b, c);
+  }
+};
+#endif
+#if defined(SSR_DISPATCH_AVX512) || defined(__AVX512F__)
+#if defined(SSR_DISPATCH_AVX512)
+#define SSR_LANES_FUSED_AVX512 SSR_TARGET_AVX512_FMA
+#else
+#define SSR_LANES_FUSED_AVX512
+#endif
+SSR_LANES_FUSED_AVX512 inline void fused_avx512(Floats16& y, const Floats16& a, const Floats16& b, const Floats16& c) {
+  y = _mm512_fmadd_ps(a, b, c);
+}
+SSR_LANES_FUSED_AVX512 inline void fused_avx512(Doubles<8>::Double& y, const Doubles<8>::Double& a,
+                                                const Doubles<8>::Double& b, const Doubles<8>::Double& c) {
+  y = _mm512_fmadd_pd(a, b, c);
+}
+struct FusedAvx512 {
+  static SSR_LANES_INLINE void apply(Floats16& y, const Floats16& a, const Floats16& b, const Floats16& c) {
+    fused_avx512(y, a, b, c);
+  }
+  static SSR_LANES_INLINE void apply(Doubles<8>::Double& y, const Doubles<8>::Double& a, const Doubles<8>::Double& b,
+                                     const Doubles<8>::Double& c) {
+    fused_avx512(y, a, b, c);
+  }
+};
+#endif
+#endif
+
+// The build's own code: one instruction a vector where the build is for FMA (32 bytes) or AVX-512 (64).
+struct FusedOwn {
+  static SSR_LANES_INLINE void apply(float& y, const float& a, const float& b, const float& c) {
+    y = std::fma(a, b, c);
+  }
+  static SSR_LANES_INLINE void apply(double& y, const double& a, const double& b, const double& c) {
+    y = std::fma(a, b, c);
+  }
+#if defined(SSR_VECTOR_EXTENSIONS)
+  static SSR_LANES_INLINE void apply(Floats4& y, const Floats4& a, const Floats4& b, const Floats4& c) {
+    fused_lanes<float>(y, a, b, c);
+  }
+  static SSR_LANES_INLINE void apply(Doubles<2>::Double& y, const Doubles<2>::Double& a, const Doubles<2>::Double& b,
+                                     const Doubles<2>::Double& c) {
+    fused_lanes<double>(y, a, b, c);
+  }
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__FMA__)
+  static SSR_LANES_INLINE void apply(Floats8& y, const Floats8& a, const Floats8& b, const Floats8& c) {
+    fused_avx2(y, a, b, c);
+  }
+  static SSR_LANES_INLINE void apply(Doubles<4>::Double& y, const Doubles<4>::Double& a, const Doubles<4>::Double& b,
+                                     const Doubles<4>::Double& c) {
+    fused_avx2(y, a, b, c);
+  }
+#else
+  static SSR_LANES_INLINE void apply(Floats8& y, const Floats8& a, const Floats8& b, const Floats8& c) {
+    fused_lanes<float>(y, a, b, c);
+  }
+  static SSR_LANES_INLINE void apply(Doubles<4>::Double& y, const Doubles<4>::Double& a, const Doubles<4>::Double& b,
+                                     const Doubles<4>::Double& c) {
+    fused_lanes<double>(y, a, b, c);
+  }
+#endif
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__AVX512F__)
+  static SSR_LANES_INLINE void apply(Floats16& y, const Floats16& a, const Floats16& b, const Floats16& c) {
+    fused_avx512(y, a, b, c);
+  }
+  static SSR_LANES_INLINE void apply(Doubles<8>::Double& y, const Doubles<8>::Double& a, const Doubles<8>::Double& b,
+                                     const Doubles<8>::Double& c) {
+    fused_avx512(y, a, b, c);
+  }
+#else
+  static SSR_LANES_INLINE void apply(Floats16& y, const Floats16& a, const Floats16& b, const Floats16& c) {
+    fused_lanes<float>(y, a, b, c);
+  }
+  static SSR_LANES_INLINE void apply(Doubles<8>::Double& y, const Doubles<8>::Double& a, const Doubles<8>::Double& b,
+                                     const Doubles<8>::Double& c) {
+    fused_lanes<double>(y, a, b, c);
+  }
+#endif
+#endif
 };
 
 // Asks for the cache line at p to be read into the nearest cache ahead of its use (no fault, no effect on

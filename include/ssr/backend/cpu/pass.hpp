@@ -1,6 +1,10 @@
 // The CPU Sinkhorn's scaled pass over tiles of Q by columns (the one pass of an iteration), written once
-// over GNU vectors (lanes.hpp): in the build's widest vectors, and with AVX2 or AVX-512 where a baseline
-// x86-64 build runs on a processor that has it. Every width and path gives the same bits.
+// over GNU vectors (lanes.hpp): in the build's widest vectors, and with AVX2 and FMA or AVX-512 where a
+// baseline x86-64 build runs on a processor that has them. Every width, path and build gives the same
+// bits: each product is fused into its sum, rounded once (lanes::FusedOwn, FusedAvx2, FusedAvx512): one
+// instruction where the processor fuses, std::fma a lane (exact, slow) on the baseline's own path, which
+// only processors without FMA take. Fused, an element costs the pass two vector operations instead of
+// four: on cores that issue them on two ports, the pass is bound by them more than by its reads.
 //
 // For each row of `count` tiles (at most a block's rows; padding rows zeros), with v and v spread over a
 // tile's columns (vt[j * tile + l] = v_j): t = Q_i * v and r = sum_j t_j (into row_sum, a tile's 8 rows at a
@@ -8,12 +12,12 @@
 // v_j * sum_i Q_ij / r_i: one product a column, not one an element. First each tile's r and 1 / r (two
 // tiles at a time, sharing the loads of vt), then the column sums several columns at a time over every
 // tile, in registers. A vector holds whole columns of a tile, or two adjacent ones (16 floats with
-// AVX-512). The order is fixed: r adds the columns j = 0, 1, 2, 3 (mod 4) in four sums, then (0 + 2) +
-// (1 + 3); each lane of a column sum adds its rows in order, then the 8 lanes fold in halves: lane l +
-// lane l + 4, then + 2, then + 1, and the sum is multiplied by v_j. A real row's r is at least Q_ij v_j
-// for each j (Q has a 1 in it, v is within exp(+-math::absorb_bound)), so Q_ij / r_i is at most
-// exp(absorb_bound) and a column's sum stays far from overflow; r is far above the least normal T, which
-// keeps a padding row's 0 * (1 / r) at 0.
+// AVX-512). The order is fixed: r adds Q_ij v_j over the columns j = 0, 1, 2, 3 (mod 4) in four sums,
+// then (0 + 2) + (1 + 3); each lane of a column sum adds its rows' Q_ij (1 / r_i) in order, then the 8
+// lanes fold in halves: lane l + lane l + 4, then + 2, then + 1, and the sum is multiplied by v_j. A real
+// row's r is at least Q_ij v_j for each j (Q has a 1 in it, v is within exp(+-math::absorb_bound)), so
+// Q_ij / r_i is at most exp(absorb_bound) and a column's sum stays far from overflow; r is far above the
+// least normal T, which keeps a padding row's 0 * (1 / r) at 0.
 #pragma once
 
 #include <algorithm>
@@ -56,7 +60,7 @@ SSR_LANES_INLINE T fold(T* a, index_t w) {
 // adjacent columns take 2 * tile / L of them); inv holds each tile's 1 / r twice, so that it multiplies
 // two columns at once. Where next is not null, the same columns of the tiles at next (the next block's)
 // are prefetched as these are read.
-template <class T, int L, int P>
+template <class T, int L, int P, class Fused>
 SSR_LANES_INLINE void column_sums(const T* q, const T* v, index_t n, index_t count, const T* inv, index_t j0, T* part,
                                   const T* next) {
   SSR_LANES(V, T, L);
@@ -78,7 +82,7 @@ SSR_LANES_INLINE void column_sums(const T* q, const T* v, index_t n, index_t cou
       for (index_t h = 0; h < per_pair; ++h) {
         V e;
         std::memcpy(&e, x + 2 * c * tile + h * L, sizeof e);
-        acc[c][h] += e * w[h];
+        Fused::apply(acc[c][h], e, w[h], acc[c][h]);
       }
     }
   }
@@ -177,17 +181,17 @@ SSR_LANES_INLINE void column_sums(const T* q, const T* v, index_t n, index_t cou
 // The column sums from column j0 on, 2P columns a call while they last, then fewer (j0 ends at the last
 // column of an odd n, or at n). P pairs of per_pair vectors keep up to eight sums in flight: fewer would
 // leave the adds waiting on each other's latency. The order of each column's sum does not depend on P.
-template <class T, int L, int P>
+template <class T, int L, int P, class Fused>
 SSR_LANES_INLINE void column_sums_from(const T* q, const T* v, index_t n, index_t count, const T* inv, index_t& j0,
                                        T* part, const T* next) {
   constexpr index_t width = 2 * index_t{P};  // columns a call
-  for (; j0 + width <= n; j0 += width) column_sums<T, L, P>(q, v, n, count, inv, j0, part, next);
-  if constexpr (P > 1) column_sums_from<T, L, P / 2>(q, v, n, count, inv, j0, part, next);
+  for (; j0 + width <= n; j0 += width) column_sums<T, L, P, Fused>(q, v, n, count, inv, j0, part, next);
+  if constexpr (P > 1) column_sums_from<T, L, P / 2, Fused>(q, v, n, count, inv, j0, part, next);
 }
 
 // r and 1 / r for the G tiles from tile t0 (see the top of this file), in vectors of L lanes: the tiles share
 // each load of vt. inv gets each tile's 1 / r twice, so that it multiplies two columns at once.
-template <class T, int L, int G>
+template <class T, int L, int G, class Fused>
 SSR_LANES_INLINE void row_sums(const T* q, const T* vt, index_t n, index_t t0, T* row_sum, T* inv) {
   constexpr index_t per_pair = 2 * tile / L, per_column = L < tile ? tile / L : 1;
   SSR_LANES(V, T, L);
@@ -206,8 +210,8 @@ SSR_LANES_INLINE void row_sums(const T* q, const T* vt, index_t n, index_t t0, T
         V e01, e23;
         std::memcpy(&e01, x + j * tile + h * L, sizeof(V));
         std::memcpy(&e23, x + (j + 2) * tile + h * L, sizeof(V));
-        r01[g][h] += e01 * v01;
-        r23[g][h] += e23 * v23;
+        Fused::apply(r01[g][h], e01, v01, r01[g][h]);
+        Fused::apply(r23[g][h], e23, v23, r23[g][h]);
       }
     }
   }
@@ -220,13 +224,13 @@ SSR_LANES_INLINE void row_sums(const T* q, const T* vt, index_t n, index_t t0, T
       for (int g = 0; g < G; ++g) {
         V e;
         std::memcpy(&e, q + ((t0 + g) * n + j) * tile + h * L, sizeof e);
-        r01[g][h] += e * v;
+        Fused::apply(r01[g][h], e, v, r01[g][h]);
       }
     }
     j += 2;
   }
   if (j < n) {  // the last column of an odd n, in the first tile lanes (zeros after: they add nothing)
-    const T vj = vt[j * tile];
+    const V vj = V{} + vt[j * tile];
     SSR_UNROLL
     for (int g = 0; g < G; ++g) {
       V e[per_pair] = {};
@@ -234,9 +238,9 @@ SSR_LANES_INLINE void row_sums(const T* q, const T* vt, index_t n, index_t t0, T
       SSR_UNROLL
       for (index_t h = 0; h < per_pair; ++h) {
         if (j % 4 == 0)
-          r01[g][h] += e[h] * vj;
+          Fused::apply(r01[g][h], e[h], vj, r01[g][h]);
         else
-          r23[g][h] += e[h] * vj;
+          Fused::apply(r23[g][h], e[h], vj, r23[g][h]);
       }
     }
   }
@@ -290,17 +294,18 @@ SSR_LANES_INLINE void row_sums(const T* q, const T* vt, index_t n, index_t t0, T
 // tiles (at least count of them): the column sums, which read this block from the nearest cache again,
 // prefetch it meanwhile, so that the row sums of the next block find it there (without it only the row
 // sums asked the memory for anything: an iteration over a matrix beyond L2 took up to 1.6 times as long).
-template <class T, int L>
+template <class T, int L, class Fused = lanes::FusedOwn>
 SSR_LANES_INLINE void scaled_in_lanes(const T* q, const T* v, const T* vt, index_t n, index_t count, T* row_sum,
                                       T* part, const T* next = nullptr) {
   constexpr index_t per_pair = 2 * tile / L;
   SSR_LANES(V, T, L);
   alignas(64) T inv[2 * CpuTuning::block_elements / CpuTuning::pad];  // 1 / r twice a tile
   index_t tl = 0;
-  for (; tl + 2 <= count; tl += 2) row_sums<T, L, 2>(q, vt, n, tl, row_sum, inv);
-  if (tl < count) row_sums<T, L, 1>(q, vt, n, tl, row_sum, inv);
+  for (; tl + 2 <= count; tl += 2) row_sums<T, L, 2, Fused>(q, vt, n, tl, row_sum, inv);
+  if (tl < count) row_sums<T, L, 1, Fused>(q, vt, n, tl, row_sum, inv);
   index_t j0 = 0;
-  column_sums_from<T, L, (per_pair >= 8 ? 1 : static_cast<int>(8 / per_pair))>(q, v, n, count, inv, j0, part, next);
+  column_sums_from<T, L, (per_pair >= 8 ? 1 : static_cast<int>(8 / per_pair)), Fused>(q, v, n, count, inv, j0, part,
+                                                                                      next);
   if (j0 < n) {  // the last column of an odd n, in the first tile lanes of a pair (zeros after)
     V acc[per_pair] = {};
     for (index_t t = 0; t < count; ++t) {
@@ -308,7 +313,7 @@ SSR_LANES_INLINE void scaled_in_lanes(const T* q, const T* v, const T* vt, index
       std::memcpy(e, q + (t * n + j0) * tile, tile * sizeof(T));
       std::memcpy(w, inv + 2 * t * tile, sizeof w);
       SSR_UNROLL
-      for (index_t h = 0; h < per_pair; ++h) acc[h] += e[h] * w[h];
+      for (index_t h = 0; h < per_pair; ++h) Fused::apply(acc[h], e[h], w[h], acc[h]);
     }
     T a[2 * tile];
     std::memcpy(a, acc, sizeof a);
@@ -318,16 +323,16 @@ SSR_LANES_INLINE void scaled_in_lanes(const T* q, const T* v, const T* vt, index
 
 #if defined(SSR_DISPATCH_AVX2)
 template <class T>
-SSR_TARGET_AVX2 void scaled_avx2(const T* q, const T* v, const T* vt, index_t n, index_t count, T* row_sum, T* part,
-                                 const T* next = nullptr) {
-  scaled_in_lanes<T, 32 / static_cast<int>(sizeof(T))>(q, v, vt, n, count, row_sum, part, next);
+SSR_TARGET_AVX2_FMA void scaled_avx2(const T* q, const T* v, const T* vt, index_t n, index_t count, T* row_sum, T* part,
+                                     const T* next = nullptr) {
+  scaled_in_lanes<T, 32 / static_cast<int>(sizeof(T)), lanes::FusedAvx2>(q, v, vt, n, count, row_sum, part, next);
 }
 #endif
 #if defined(SSR_DISPATCH_AVX512)
 template <class T>
-SSR_TARGET_AVX512 void scaled_avx512(const T* q, const T* v, const T* vt, index_t n, index_t count, T* row_sum, T* part,
-                                     const T* next = nullptr) {
-  scaled_in_lanes<T, 64 / static_cast<int>(sizeof(T))>(q, v, vt, n, count, row_sum, part, next);
+SSR_TARGET_AVX512_FMA void scaled_avx512(const T* q, const T* v, const T* vt, index_t n, index_t count, T* row_sum,
+                                         T* part, const T* next = nullptr) {
+  scaled_in_lanes<T, 64 / static_cast<int>(sizeof(T)), lanes::FusedAvx512>(q, v, vt, n, count, row_sum, part, next);
 }
 #endif
 
@@ -338,7 +343,7 @@ inline void scaled(const T* q, const T* v, const T* vt, index_t n, index_t count
   if (lanes::has_avx512()) return scaled_avx512(q, v, vt, n, count, row_sum, part, next);
 #endif
 #if defined(SSR_DISPATCH_AVX2)
-  if (lanes::has_avx2()) return scaled_avx2(q, v, vt, n, count, row_sum, part, next);
+  if (lanes::has_avx2_fma()) return scaled_avx2(q, v, vt, n, count, row_sum, part, next);
 #endif
   scaled_in_lanes<T, widest<T>()>(q, v, vt, n, count, row_sum, part, next);
 }
