@@ -67,6 +67,26 @@
 #endif
 #endif
 
+// SSR_LANES_AVX2 and SSR_LANES_AVX512, where defined, mark a function that calls AVX2-and-FMA or AVX-512
+// intrinsics (an instruction the vector extensions do not express): the path's target where a baseline
+// build takes it at run time, nothing where the build's own target has them (SSR_LANES_OWN_AVX2,
+// SSR_LANES_OWN_AVX512: a native build's widest vectors). Such a function is compiled on its own; the
+// compiler inlines it once its caller sits in the path's function.
+#if defined(SSR_VECTOR_EXTENSIONS) && (defined(__x86_64__) || defined(__i386__))
+#if defined(__AVX2__) && defined(__FMA__)
+#define SSR_LANES_OWN_AVX2 1
+#define SSR_LANES_AVX2
+#elif defined(SSR_DISPATCH_AVX2)
+#define SSR_LANES_AVX2 SSR_TARGET_AVX2_FMA
+#endif
+#if defined(__AVX512F__)
+#define SSR_LANES_OWN_AVX512 1
+#define SSR_LANES_AVX512
+#elif defined(SSR_DISPATCH_AVX512)
+#define SSR_LANES_AVX512 SSR_TARGET_AVX512_FMA
+#endif
+#endif
+
 // SSR_UNROLL before a loop over a fixed, small number of vectors unrolls it, so that its arrays of vectors
 // stay in registers: GCC unrolls such loops at -O3 but not at -O2, where the arrays would live in memory
 // (an iteration of the scaled pass took up to 3 times as long: docs/performance.md). nvcc, whose front end
@@ -236,12 +256,20 @@ struct Fused {
 // is a template's argument: overloads of `apply` for each vector type (declared outside any template, so
 // that a vector of a width fixed by a template's arguments finds its own), one instruction a vector where
 // the path fuses, else std::fma a lane. FusedAvx2 and FusedAvx512 serve the paths compiled for AVX2 with
-// FMA and for AVX-512 (and builds for them); FusedOwn the build's own code.
+// FMA and for AVX-512; FusedOwn the build's own code.
 #if defined(SSR_VECTOR_EXTENSIONS)
 typedef float Floats4 __attribute__((vector_size(16)));   // NOLINT(modernize-use-using)
 typedef float Floats8 __attribute__((vector_size(32)));   // NOLINT(modernize-use-using)
 typedef float Floats16 __attribute__((vector_size(64)));  // NOLINT(modernize-use-using)
+#endif
 
+// y = std::fma(a, b, c), for a T.
+template <class T>
+SSR_LANES_INLINE void fused_one(T& y, const T& a, const T& b, const T& c) {
+  y = std::fma(a, b, c);
+}
+
+#if defined(SSR_VECTOR_EXTENSIONS)
 // y = std::fma(a, b, c) a lane, for a vector of T.
 template <class T, class V>
 SSR_LANES_INLINE void fused_lanes(V& y, const V& a, const V& b, const V& c) {
@@ -249,107 +277,65 @@ SSR_LANES_INLINE void fused_lanes(V& y, const V& a, const V& b, const V& c) {
 }
 #endif
 
-#if defined(SSR_VECTOR_EXTENSIONS) && (defined(__x86_64__) || defined(__i386__))
-#if defined(SSR_DISPATCH_AVX2) || defined(__FMA__)
-#if defined(SSR_DISPATCH_AVX2)
-#define SSR_LANES_FUSED_AVX2 SSR_TARGET_AVX2_FMA
-#else
-#define SSR_LANES_FUSED_AVX2
-#endif
-SSR_LANES_FUSED_AVX2 inline void fused_avx2(Floats8& y, const Floats8& a, const Floats8& b, const Floats8& c) {
+// One overload of `apply` for vectors (or scalars) of type V, computed by `how`. (V names a type: it takes
+// no parentheses.)
+// NOLINTBEGIN(bugprone-macro-parentheses)
+#define SSR_LANES_APPLY(V, how) \
+  static SSR_LANES_INLINE void apply(V& y, const V& a, const V& b, const V& c) { (how)(y, a, b, c); }
+// NOLINTEND(bugprone-macro-parentheses)
+
+#if defined(SSR_LANES_AVX2)
+SSR_LANES_AVX2 inline void fused_avx2(Floats8& y, const Floats8& a, const Floats8& b, const Floats8& c) {
   y = _mm256_fmadd_ps(a, b, c);
 }
-SSR_LANES_FUSED_AVX2 inline void fused_avx2(Doubles<4>::Double& y, const Doubles<4>::Double& a,
-                                            const Doubles<4>::Double& b, const Doubles<4>::Double& c) {
+SSR_LANES_AVX2 inline void fused_avx2(Doubles<4>::Double& y, const Doubles<4>::Double& a, const Doubles<4>::Double& b,
+                                      const Doubles<4>::Double& c) {
   y = _mm256_fmadd_pd(a, b, c);
 }
 struct FusedAvx2 {
-  static SSR_LANES_INLINE void apply(Floats8& y, const Floats8& a, const Floats8& b, const Floats8& c) {
-    fused_avx2(y, a, b, c);
-  }
-  static SSR_LANES_INLINE void apply(Doubles<4>::Double& y, const Doubles<4>::Double& a, const Doubles<4>::Double& b,
-                                     const Doubles<4>::Double& c) {
-    fused_avx2(y, a, b, c);
-  }
+  SSR_LANES_APPLY(Floats8, fused_avx2)
+  SSR_LANES_APPLY(Doubles<4>::Double, fused_avx2)
 };
 #endif
-#if defined(SSR_DISPATCH_AVX512) || defined(__AVX512F__)
-#if defined(SSR_DISPATCH_AVX512)
-#define SSR_LANES_FUSED_AVX512 SSR_TARGET_AVX512_FMA
-#else
-#define SSR_LANES_FUSED_AVX512
-#endif
-SSR_LANES_FUSED_AVX512 inline void fused_avx512(Floats16& y, const Floats16& a, const Floats16& b, const Floats16& c) {
+#if defined(SSR_LANES_AVX512)
+SSR_LANES_AVX512 inline void fused_avx512(Floats16& y, const Floats16& a, const Floats16& b, const Floats16& c) {
   y = _mm512_fmadd_ps(a, b, c);
 }
-SSR_LANES_FUSED_AVX512 inline void fused_avx512(Doubles<8>::Double& y, const Doubles<8>::Double& a,
-                                                const Doubles<8>::Double& b, const Doubles<8>::Double& c) {
+SSR_LANES_AVX512 inline void fused_avx512(Doubles<8>::Double& y, const Doubles<8>::Double& a,
+                                          const Doubles<8>::Double& b, const Doubles<8>::Double& c) {
   y = _mm512_fmadd_pd(a, b, c);
 }
 struct FusedAvx512 {
-  static SSR_LANES_INLINE void apply(Floats16& y, const Floats16& a, const Floats16& b, const Floats16& c) {
-    fused_avx512(y, a, b, c);
-  }
-  static SSR_LANES_INLINE void apply(Doubles<8>::Double& y, const Doubles<8>::Double& a, const Doubles<8>::Double& b,
-                                     const Doubles<8>::Double& c) {
-    fused_avx512(y, a, b, c);
-  }
+  SSR_LANES_APPLY(Floats16, fused_avx512)
+  SSR_LANES_APPLY(Doubles<8>::Double, fused_avx512)
 };
-#endif
 #endif
 
-// The build's own code: one instruction a vector where the build is for FMA (32 bytes) or AVX-512 (64).
+// The build's own code: one instruction a vector where its target fuses 32 or 64 bytes at once.
 struct FusedOwn {
-  static SSR_LANES_INLINE void apply(float& y, const float& a, const float& b, const float& c) {
-    y = std::fma(a, b, c);
-  }
-  static SSR_LANES_INLINE void apply(double& y, const double& a, const double& b, const double& c) {
-    y = std::fma(a, b, c);
-  }
+  SSR_LANES_APPLY(float, fused_one<float>)
+  SSR_LANES_APPLY(double, fused_one<double>)
 #if defined(SSR_VECTOR_EXTENSIONS)
-  static SSR_LANES_INLINE void apply(Floats4& y, const Floats4& a, const Floats4& b, const Floats4& c) {
-    fused_lanes<float>(y, a, b, c);
-  }
-  static SSR_LANES_INLINE void apply(Doubles<2>::Double& y, const Doubles<2>::Double& a, const Doubles<2>::Double& b,
-                                     const Doubles<2>::Double& c) {
-    fused_lanes<double>(y, a, b, c);
-  }
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__FMA__)
-  static SSR_LANES_INLINE void apply(Floats8& y, const Floats8& a, const Floats8& b, const Floats8& c) {
-    fused_avx2(y, a, b, c);
-  }
-  static SSR_LANES_INLINE void apply(Doubles<4>::Double& y, const Doubles<4>::Double& a, const Doubles<4>::Double& b,
-                                     const Doubles<4>::Double& c) {
-    fused_avx2(y, a, b, c);
-  }
+  SSR_LANES_APPLY(Floats4, fused_lanes<float>)
+  SSR_LANES_APPLY(Doubles<2>::Double, fused_lanes<double>)
+#if defined(SSR_LANES_OWN_AVX2)
+  SSR_LANES_APPLY(Floats8, fused_avx2)
+  SSR_LANES_APPLY(Doubles<4>::Double, fused_avx2)
 #else
-  static SSR_LANES_INLINE void apply(Floats8& y, const Floats8& a, const Floats8& b, const Floats8& c) {
-    fused_lanes<float>(y, a, b, c);
-  }
-  static SSR_LANES_INLINE void apply(Doubles<4>::Double& y, const Doubles<4>::Double& a, const Doubles<4>::Double& b,
-                                     const Doubles<4>::Double& c) {
-    fused_lanes<double>(y, a, b, c);
-  }
+  SSR_LANES_APPLY(Floats8, fused_lanes<float>)
+  SSR_LANES_APPLY(Doubles<4>::Double, fused_lanes<double>)
 #endif
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__AVX512F__)
-  static SSR_LANES_INLINE void apply(Floats16& y, const Floats16& a, const Floats16& b, const Floats16& c) {
-    fused_avx512(y, a, b, c);
-  }
-  static SSR_LANES_INLINE void apply(Doubles<8>::Double& y, const Doubles<8>::Double& a, const Doubles<8>::Double& b,
-                                     const Doubles<8>::Double& c) {
-    fused_avx512(y, a, b, c);
-  }
+#if defined(SSR_LANES_OWN_AVX512)
+  SSR_LANES_APPLY(Floats16, fused_avx512)
+  SSR_LANES_APPLY(Doubles<8>::Double, fused_avx512)
 #else
-  static SSR_LANES_INLINE void apply(Floats16& y, const Floats16& a, const Floats16& b, const Floats16& c) {
-    fused_lanes<float>(y, a, b, c);
-  }
-  static SSR_LANES_INLINE void apply(Doubles<8>::Double& y, const Doubles<8>::Double& a, const Doubles<8>::Double& b,
-                                     const Doubles<8>::Double& c) {
-    fused_lanes<double>(y, a, b, c);
-  }
+  SSR_LANES_APPLY(Floats16, fused_lanes<float>)
+  SSR_LANES_APPLY(Doubles<8>::Double, fused_lanes<double>)
 #endif
 #endif
 };
+
+#undef SSR_LANES_APPLY
 
 // Asks for the cache line at p to be read into the nearest cache ahead of its use (no fault, no effect on
 // any value); nothing where the compiler has no such builtin.

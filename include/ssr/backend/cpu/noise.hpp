@@ -6,8 +6,8 @@
 // Each lane draws one block of four normals: Philox4x32-10 (Random123's rounds and constants, its 32-bit
 // words held in 64-bit lanes), the uniforms as random::uniform_open takes them, then the two Box-Muller
 // pairs of math::normal_pair_of, whose formula is written over lanes; each normal is multiplied by alpha *
-// sigma as math::noise_row does. A few draws' uniforms are taken before their normals. The callers draw tiles of rows
-// at once: a row alone (n / 4 blocks) would fill half an AVX-512 vector at n = 16.
+// sigma as math::noise_row does. A few draws' uniforms are taken before their normals. The callers draw
+// tiles of rows at once: a row alone (n / 4 blocks) would fill half an AVX-512 vector at n = 16.
 #pragma once
 
 #include <algorithm>
@@ -21,10 +21,6 @@
 #include "ssr/random.hpp"
 #include "ssr/spec.hpp"
 #include "ssr/view.hpp"
-
-#if defined(SSR_VECTOR_EXTENSIONS) && (defined(__x86_64__) || defined(__i386__))
-#include <immintrin.h>
-#endif
 
 namespace ssr {
 namespace cpu {
@@ -45,22 +41,10 @@ struct SqrtLanes {
 };
 
 // One vsqrtpd of 4 or 8 doubles (and below, one vpmuludq): functions of their own, which the always-inlined
-// formula calls (an intrinsic needs a caller compiled for its target; the compiler may inline them once the
-// formula sits in the path's function). Compiled for AVX2 or AVX-512 where a baseline build takes those
-// paths at run time, and as the build's own code where its target has the instructions (a native build's
-// widest vectors).
-#if defined(SSR_DISPATCH_AVX2)
-#define SSR_NOISE_AVX2 SSR_TARGET_AVX2_FMA
-#elif defined(SSR_VECTOR_EXTENSIONS) && defined(__AVX2__)
-#define SSR_NOISE_AVX2
-#endif
-#if defined(SSR_DISPATCH_AVX512)
-#define SSR_NOISE_AVX512 SSR_TARGET_AVX512_FMA
-#elif defined(SSR_VECTOR_EXTENSIONS) && defined(__AVX512F__)
-#define SSR_NOISE_AVX512
-#endif
-#if defined(SSR_NOISE_AVX2)
-SSR_NOISE_AVX2 inline void sqrt_avx2(lanes::Doubles<4>::Double& y, const lanes::Doubles<4>::Double& x) {
+// formula calls (lanes.hpp's SSR_LANES_AVX2 and SSR_LANES_AVX512: for the paths a baseline build takes at
+// run time, or as the build's own code where its target has the instructions).
+#if defined(SSR_LANES_AVX2)
+SSR_LANES_AVX2 inline void sqrt_avx2(lanes::Doubles<4>::Double& y, const lanes::Doubles<4>::Double& x) {
   __m256d v;
   std::memcpy(&v, &x, sizeof v);
   v = _mm256_sqrt_pd(v);
@@ -72,8 +56,8 @@ struct SqrtAvx2 {
   }
 };
 #endif
-#if defined(SSR_NOISE_AVX512)
-SSR_NOISE_AVX512 inline void sqrt_avx512(lanes::Doubles<8>::Double& y, const lanes::Doubles<8>::Double& x) {
+#if defined(SSR_LANES_AVX512)
+SSR_LANES_AVX512 inline void sqrt_avx512(lanes::Doubles<8>::Double& y, const lanes::Doubles<8>::Double& x) {
   __m512d v;
   std::memcpy(&v, &x, sizeof v);
   v = _mm512_mask_sqrt_pd(v, 0xff, v);  // every lane (_mm512_sqrt_pd reads an undefined vector: GCC 12 warns)
@@ -94,8 +78,8 @@ struct MulLow {
   using U = typename lanes::Doubles<L>::Bits;
   SSR_LANES_INLINE void operator()(U& y, const U& a, std::uint32_t b) const { y = (a & 0xffffffffu) * b; }
 };
-#if defined(SSR_NOISE_AVX2)
-SSR_NOISE_AVX2 inline void mul_low_avx2(lanes::Doubles<4>::Bits& y, const lanes::Doubles<4>::Bits& a, std::uint32_t b) {
+#if defined(SSR_LANES_AVX2)
+SSR_LANES_AVX2 inline void mul_low_avx2(lanes::Doubles<4>::Bits& y, const lanes::Doubles<4>::Bits& a, std::uint32_t b) {
   const lanes::Doubles<4>::Bits spread = lanes::Doubles<4>::Bits{} + b;
   __m256i v, c;
   std::memcpy(&v, &a, sizeof v);
@@ -110,8 +94,8 @@ struct MulAvx2 {
   }
 };
 #endif
-#if defined(SSR_NOISE_AVX512)
-SSR_NOISE_AVX512 inline void mul_low_avx512(lanes::Doubles<8>::Bits& y, const lanes::Doubles<8>::Bits& a,
+#if defined(SSR_LANES_AVX512)
+SSR_LANES_AVX512 inline void mul_low_avx512(lanes::Doubles<8>::Bits& y, const lanes::Doubles<8>::Bits& a,
                                             std::uint32_t b) {
   const lanes::Doubles<8>::Bits spread = lanes::Doubles<8>::Bits{} + b;
   __m512i v, c;
@@ -135,14 +119,14 @@ struct Own {
   using Sqrt = SqrtLanes<L>;
   using Mul = MulLow<L>;
 };
-#if defined(SSR_NOISE_AVX2)
+#if defined(SSR_LANES_AVX2)
 template <>
 struct Own<4> {
   using Sqrt = SqrtAvx2;
   using Mul = MulAvx2;
 };
 #endif
-#if defined(SSR_NOISE_AVX512)
+#if defined(SSR_LANES_AVX512)
 template <>
 struct Own<8> {
   using Sqrt = SqrtAvx512;
@@ -216,11 +200,10 @@ SSR_LANES_INLINE void tiles_in_lanes(const RouteSpec& spec, index_t row0, index_
   std::memcpy(&lane_of, lanes_from_0, sizeof lane_of);
   D normal[4];
   // Draws whose Philox rounds run side by side before their normals: a block's ten rounds are one chain of
-  // dependent products, which its normals waited on (4 of them: 1.07-1.16x a noisy route; 6 gained nothing).
+  // dependent products, which its normals waited on (4 of them: 1.09-1.16x a noisy route; 6 gained nothing).
   constexpr index_t chain = 4;
   if (n % 4 == 0 && tile % L == 0) {  // rows of whole blocks (e0 = (first_row + row0) n is a multiple of 4)
-    // The draws go row group by row group (L rows), four columns at a time; `chain` draws' Philox rounds
-    // run side by side before their normals.
+    // The draws go row group by row group (L rows), four columns at a time.
     const auto un = static_cast<std::uint64_t>(n);
     const index_t whole = (rows + tile - 1) / tile * tile;  // rows of whole tiles
     index_t r0 = 0, j = 0;                                  // the next draw's rows and columns
@@ -320,6 +303,3 @@ inline void tiles(const RouteSpec& spec, index_t row0, index_t rows, index_t n, 
 }  // namespace noise
 }  // namespace cpu
 }  // namespace ssr
-
-#undef SSR_NOISE_AVX2
-#undef SSR_NOISE_AVX512
