@@ -54,17 +54,6 @@ SSR_LANES_INLINE void costs_in_lanes(const T* s, index_t n, index_t count, const
   constexpr index_t per = tile / L;  // vectors a column
   const D none = D{} - std::numeric_limits<double>::infinity(), lo = D{} - spec.bound, hi = D{} + spec.bound;
   const D zero = D{}, one = D{} + 1.0;
-  // L values of T at p as doubles, and back (rounded as static_cast rounds): loops the compiler vectorises.
-  const auto widen = [](const T* p, D& v) {
-    double d[L];
-    for (int l = 0; l < L; ++l) d[l] = static_cast<double>(p[l]);
-    std::memcpy(&v, d, sizeof v);
-  };
-  const auto narrow = [](const D& v, T* p) {
-    double d[L];
-    std::memcpy(d, &v, sizeof d);
-    for (int l = 0; l < L; ++l) p[l] = static_cast<T>(d[l]);
-  };
   for (index_t t = 0; t < count; ++t) {
     const index_t at = t * n * tile;  // the tile's first element
     SSR_UNROLL
@@ -73,7 +62,7 @@ SSR_LANES_INLINE void costs_in_lanes(const T* s, index_t n, index_t count, const
       double* cost_at = c + (kernel ? 0 : at) + h * L;
       D top = none, v;
       for (index_t j = 0; j < n; ++j) {
-        widen(column + j * tile, v);
+        lanes::widen<L>(column + j * tile, v);
         top = top < v ? v : top;  // std::max(top, v)
       }
       D shift = lo, cost;
@@ -97,7 +86,7 @@ SSR_LANES_INLINE void costs_in_lanes(const T* s, index_t n, index_t count, const
       if (spec.cost == Cost::softmax) {
         D sum = zero, e;
         for (index_t j = 0; j < n; ++j) {
-          widen(column + j * tile, v);
+          lanes::widen<L>(column + j * tile, v);
           math::exp_of<D, U>(v - top, e, lanes::Fused<L>{});
           std::memcpy(cost_at + j * tile, &e, sizeof e);
           sum += e;
@@ -109,7 +98,7 @@ SSR_LANES_INLINE void costs_in_lanes(const T* s, index_t n, index_t count, const
         }
       } else {
         for (index_t j = 0; j < n; ++j) {
-          widen(column + j * tile, v);
+          lanes::widen<L>(column + j * tile, v);
           finish(v - top, j);
         }
       }
@@ -120,7 +109,7 @@ SSR_LANES_INLINE void costs_in_lanes(const T* s, index_t n, index_t count, const
         D k = spec.exact_inverse ? d * spec.inv_xi : d / spec.xi;
         k = k < lo ? lo : k;
         k = zero < k ? zero : k;
-        narrow(k, kernel + at + h * L + j * tile);
+        lanes::narrow<L>(k, kernel + at + h * L + j * tile);
       }
     }
   }
@@ -163,10 +152,7 @@ SSR_LANES_INLINE void softmax_weights_in_lanes(const double* logit, int k, T* we
   for (int r = 0; r < count; ++r)
     for (index_t h = 0; h < per; ++h) {
       std::memcpy(&v, e + r * weight_rows + h * L, sizeof v);
-      const D w = v / sum[h];
-      double d[L];
-      std::memcpy(d, &w, sizeof d);
-      for (int l = 0; l < L; ++l) weight[r * weight_rows + h * L + l] = static_cast<T>(d[l]);
+      lanes::narrow<L>(v / sum[h], weight + r * weight_rows + h * L);
     }
 }
 

@@ -35,7 +35,7 @@ constexpr int widest = lanes::widest_lanes<float>(16);
 template <int L>
 SSR_LANES_INLINE void exp_lanes(const float* in, float* out) {
 #if defined(SSR_VECTOR_EXTENSIONS)
-  SSR_LANES(F, float, L);
+  using F = typename lanes::Floats<L>::Float;
   SSR_LANES(I, std::int32_t, L);
 #else
   if constexpr (L > 1) {
@@ -59,20 +59,20 @@ SSR_LANES_INLINE void exp_lanes(const float* in, float* out) {
   const F log2e = F{} + 1.44269504088896341f, magic = F{} + 12582912.0f;
   const F ln2_hi = F{} - 0.693359375f, ln2_lo = F{} + 2.12194440e-4f;  // -ln2 in two parts
   F shifted, r, y;
-  SSR_LANES_FUSED(float, L, shifted, x, log2e, magic);
+  lanes::FusedOwn::apply(shifted, x, log2e, magic);
   const F kf = shifted - magic;
-  SSR_LANES_FUSED(float, L, r, kf, ln2_hi, x);
-  SSR_LANES_FUSED(float, L, r, kf, ln2_lo, r);
+  lanes::FusedOwn::apply(r, kf, ln2_hi, x);
+  lanes::FusedOwn::apply(r, kf, ln2_lo, r);
   const F c5 = F{} + 1.9875691500e-4f, c4 = F{} + 1.3981999507e-3f, c3 = F{} + 8.3334519073e-3f,
           c2 = F{} + 4.1665795894e-2f, c1 = F{} + 1.6666665459e-1f, c0 = F{} + 5.0000001201e-1f;
-  SSR_LANES_FUSED(float, L, y, c5, r, c4);
-  SSR_LANES_FUSED(float, L, y, y, r, c3);
-  SSR_LANES_FUSED(float, L, y, y, r, c2);
-  SSR_LANES_FUSED(float, L, y, y, r, c1);
-  SSR_LANES_FUSED(float, L, y, y, r, c0);
+  lanes::FusedOwn::apply(y, c5, r, c4);
+  lanes::FusedOwn::apply(y, y, r, c3);
+  lanes::FusedOwn::apply(y, y, r, c2);
+  lanes::FusedOwn::apply(y, y, r, c1);
+  lanes::FusedOwn::apply(y, y, r, c0);
   const F yr = y * r;
   F p;
-  SSR_LANES_FUSED(float, L, p, yr, r, r);
+  lanes::FusedOwn::apply(p, yr, r, r);
   p += 1.0f;
   // 2^k for whole k in [-127, 127]: k + 127 in the exponent bits (0 for k = -127).
   I bits;

@@ -2,14 +2,15 @@
 // cost_tiles.hpp, noise.hpp, finite.hpp) builds on: whether the compiler has vector extensions, the widest
 // vector the build compiles to one register, and the AVX2 and AVX-512 paths that a baseline x86-64 build
 // (SSE2) takes at run time where the processor has them; any_lane, which reads a comparison's lanes;
-// lane-wise fused multiply-adds (SSR_LANES_FUSED, and Fused over vectors of doubles); and prefetch.
+// lane-wise fused multiply-adds (FusedOwn and its kin, Fused over vectors of doubles); conversions between
+// float and double lanes (widen, narrow); and prefetch.
 //
 // Such code declares its vector types inside each function (SSR_LANES), passes no vector to a function
 // (one crossing a function boundary in a build without its registers changes the ABI), and its functions
 // are inlined into their callers (SSR_LANES_INLINE), the AVX2 ones included. Every lane takes the same
 // operations in the same order, so the width changes no bit; the AVX2 and AVX-512 paths fuse no product
 // into a sum that the formula does not fuse itself, so both give the baseline's bits. Formulas written with
-// fused multiply-adds (SSR_LANES_FUSED, Fused: the same bits wherever they are computed), such as the float
+// fused multiply-adds (FusedOwn, Fused: the same bits wherever they are computed), such as the float
 // exp and the scaled pass, take AVX2 with FMA, or AVX-512.
 #pragma once
 
@@ -109,10 +110,12 @@
 #endif
 
 // SSR_LANES_FUSED(T, L, y, a, b, c): y = a * b + c rounded once (a fused multiply-add) in each of the L lanes
-// of T in vectors a, b, c and y: one instruction a vector where the target has FMA (the AVX2 and AVX-512
-// paths, AArch64), else std::fma a lane, exact everywhere but slow. A statement over arrays, as no vector
-// is passed to a function (and GCC reads no lane of a vector whose width is a template's argument); the
-// copies stay in registers.
+// of T in vectors a, b, c and y: std::fma a lane, which the vectoriser makes one instruction a vector where
+// the target has FMA (the AVX2 and AVX-512 paths, AArch64), exact everywhere but slow without it. A
+// statement over arrays, as no vector is passed to a function (and GCC reads no lane of a vector whose
+// width is a template's argument); the copies stay in registers. FusedOwn, FusedAvx2 and FusedAvx512 take
+// the instruction itself where the target has it: GCC tuned for 256-bit vectors (-march=native on recent
+// Intel cores) leaves a 512-bit vector's lanes one at a time here.
 #define SSR_LANES_FUSED(T, L, y, a, b, c)                                       \
   do {                                                                          \
     T y_[L], a_[L], b_[L], c_[L];                                               \
@@ -242,15 +245,36 @@ struct Doubles<8> {
 };
 #endif
 
-// y = a * b + c rounded once in each of L lanes (std::fma a lane: one instruction a vector where the target
-// has FMA), for the formulas written once over doubles and vectors of them (math::exp_of, math::normal_pair_of).
-template <int L>
-struct Fused {
-  using D = typename Doubles<L>::Double;
-  SSR_LANES_INLINE void operator()(D& y, const D& a, const D& b, const D& c) const {
-    SSR_LANES_FUSED(double, L, y, a, b, c);
+// L values of T at p as L doubles (exact), and L doubles to T at p (rounded as static_cast rounds): one
+// conversion a vector. A loop over the lanes would be left to the vectoriser, which leaves 512-bit vectors
+// a lane at a time where the build is tuned for 256-bit ones (GCC's -march=native on recent Intel cores).
+template <int L, class T>
+SSR_LANES_INLINE void widen(const T* p, typename Doubles<L>::Double& v) {
+#if defined(SSR_VECTOR_EXTENSIONS)
+  if constexpr (L > 1) {
+    SSR_LANES(N, T, L);
+    N t;
+    std::memcpy(&t, p, sizeof t);
+    v = __builtin_convertvector(t, typename Doubles<L>::Double);
+  } else
+#endif
+  {
+    v = static_cast<double>(*p);
   }
-};
+}
+template <int L, class T>
+SSR_LANES_INLINE void narrow(const typename Doubles<L>::Double& v, T* p) {
+#if defined(SSR_VECTOR_EXTENSIONS)
+  if constexpr (L > 1) {
+    SSR_LANES(N, T, L);
+    const N t = __builtin_convertvector(v, N);
+    std::memcpy(p, &t, sizeof t);
+  } else
+#endif
+  {
+    *p = static_cast<T>(v);
+  }
+}
 
 // Fused multiply-adds a * b + c over whole vectors, rounded once in each lane, for code whose vectors' width
 // is a template's argument: overloads of `apply` for each vector type (declared outside any template, so
@@ -261,6 +285,29 @@ struct Fused {
 typedef float Floats4 __attribute__((vector_size(16)));   // NOLINT(modernize-use-using)
 typedef float Floats8 __attribute__((vector_size(32)));   // NOLINT(modernize-use-using)
 typedef float Floats16 __attribute__((vector_size(64)));  // NOLINT(modernize-use-using)
+#endif
+
+// L lanes of floats, as Doubles<L> (GCC also fails to match a float vector whose width is a template's
+// argument, declared in the template, with FusedOwn's overloads).
+template <int L>
+struct Floats;
+template <>
+struct Floats<1> {
+  using Float = float;
+};
+#if defined(SSR_VECTOR_EXTENSIONS)
+template <>
+struct Floats<4> {
+  using Float = Floats4;
+};
+template <>
+struct Floats<8> {
+  using Float = Floats8;
+};
+template <>
+struct Floats<16> {
+  using Float = Floats16;
+};
 #endif
 
 // y = std::fma(a, b, c), for a T.
@@ -311,7 +358,8 @@ struct FusedAvx512 {
 };
 #endif
 
-// The build's own code: one instruction a vector where its target fuses 32 or 64 bytes at once.
+// The build's own code: one instruction a vector where its target fuses 32 or 64 bytes at once, the
+// intrinsic itself (not left to the vectoriser, above).
 struct FusedOwn {
   SSR_LANES_APPLY(float, fused_one<float>)
   SSR_LANES_APPLY(double, fused_one<double>)
@@ -336,6 +384,14 @@ struct FusedOwn {
 };
 
 #undef SSR_LANES_APPLY
+
+// y = a * b + c rounded once in each of L lanes of doubles (FusedOwn's), for the formulas written once over
+// doubles and vectors of them (math::exp_of, math::normal_pair_of).
+template <int L>
+struct Fused {
+  using D = typename Doubles<L>::Double;
+  SSR_LANES_INLINE void operator()(D& y, const D& a, const D& b, const D& c) const { FusedOwn::apply(y, a, b, c); }
+};
 
 // Asks for the cache line at p to be read into the nearest cache ahead of its use (no fault, no effect on
 // any value); nothing where the compiler has no such builtin.
