@@ -61,8 +61,12 @@ def emit(text=""):
 
 def command(argv, env=None):
     """Runs argv (with env's additions), prints it as the section's command and returns its stdout."""
+    words = ["python3" if a == sys.executable else a for a in argv]
+    if "--json" in words:  # the report's own temporary file
+        at = words.index("--json")
+        del words[at:at + 2]
     shown = " ".join(f"{k}={v}" for k, v in (env or {}).items())
-    shown = (shown + " " if shown else "") + " ".join(shlex.quote(a) for a in argv)
+    shown = (shown + " " if shown else "") + " ".join(shlex.quote(a) for a in words)
     emit("```sh")
     emit(shown)
     emit("```")
@@ -145,7 +149,8 @@ def peers(build, title):
         ops = "-" if op_soft is None else (f"{ms(op_soft)} ({ratio(op_soft, soft)}), "
                                            f"{ms(op_sk)} ({ratio(op_sk, route)})")
         shape = f"{m} × {n}, {k}" + (" (paper)" if (m, n, k) == (24576, 16, 2) else "")
-        iters = base.get("iterations", "-") if base else "-"
+        iters = base.get("iterations") if base else None
+        iters = "-" if iters is None else f"{iters:.0f}"
         emit(f"| {shape} | {ms(base)} ({iters}) | {ms(mega)} | **{ratio(mega, base)}** | "
              f"{ratio(pot, base)} | {ratio(pot_log, base)} | {ms(soft)} | {ms(torch_soft)} | "
              f"**{ratio(torch_soft, soft)}** | {ops} |")
