@@ -82,8 +82,18 @@ def fmt(t):
 
 
 def bench_path(build):
-    path = os.path.join(build, "bench", "ssr_bench")
-    return path if os.access(path, os.X_OK) else None
+    return os.path.join(build, "bench", "ssr_bench")
+
+
+def section(title, *needed):
+    """Writes the section's title; False, with a line saying so, where a program it needs is missing."""
+    emit(title)
+    emit()
+    missing = [p for p in needed if not os.access(p, os.X_OK)]
+    if missing:
+        emit(f"(left out: {', '.join(missing)} missing)")
+        emit()
+    return not missing
 
 
 def machine():
@@ -114,11 +124,7 @@ def machine():
 
 def peers(build, title):
     bench = bench_path(build)
-    emit(f"### {title}")
-    emit()
-    if bench is None or not os.access(ARGS.python, os.X_OK):
-        emit(f"(left out: {build}/bench/ssr_bench or {ARGS.python} is missing)")
-        emit()
+    if not section(f"### {title}", bench, ARGS.python):
         return
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         argv = [ARGS.python, os.path.join("bench", "peers.py"), bench, "--threads", "1",
@@ -159,11 +165,7 @@ def peers(build, title):
 
 def roofline(build, title):
     bench = bench_path(build)
-    emit(f"### {title}")
-    emit()
-    if bench is None:
-        emit(f"(left out: {build}/bench/ssr_bench is missing)")
-        emit()
+    if not section(f"### {title}", bench):
         return
     shapes = [(24576, 16), (24576, 128)] if ARGS.quick else GRID_SHAPES
     out = command([sys.executable, os.path.join("bench", "roofline.py"), bench, "--repetitions",
@@ -175,11 +177,7 @@ def roofline(build, title):
 
 def threads():
     bench = bench_path(ARGS.build)
-    emit("### The library")
-    emit()
-    if bench is None:
-        emit(f"(left out: {ARGS.build}/bench/ssr_bench is missing)")
-        emit()
+    if not section("### The library", bench):
         return
     flt = ("BM_SinkhornSolve<float>/24576/16/500/0/|BM_Route_SoftmaxTopK/24576/16/" if ARGS.quick else
            "BM_SinkhornSolve<float>/(4096|24576|65536)/(8|16|128|256)/500/0/|BM_SinkhornSolve<float>/1000000/16/500/0/"
@@ -192,12 +190,8 @@ def threads():
 
 def route_threads():
     """ssr-route on one thread, two and "all" (--threads 0, the backend's choice by work size): least wall time."""
-    emit("### `ssr-route`")
-    emit()
     tool, gen = (os.path.join(ARGS.build, "examples", t) for t in ("ssr-route", "ssr-example-logits"))
-    if not (os.access(tool, os.X_OK) and os.access(gen, os.X_OK)):
-        emit(f"(left out: {tool} or {gen} is missing)")
-        emit()
+    if not section("### `ssr-route`", tool, gen):
         return
     shapes = [(24576, 16)] if ARGS.quick else [(24576, 16), (65536, 128), (1000000, 16)]
     runs = 3 if ARGS.quick else 10
@@ -248,11 +242,7 @@ def seconds(b):
 
 def solves():
     bench = bench_path(ARGS.build)
-    emit("## Converged solves")
-    emit()
-    if bench is None:
-        emit(f"(left out: {ARGS.build}/bench/ssr_bench is missing)")
-        emit()
+    if not section("## Converged solves", bench):
         return
     ms_ = (24576,) if ARGS.quick else (4096, 24576, 65536)
     runs = benchmark_json(bench, f"BM_SinkhornSolve<float>/({'|'.join(map(str, ms_))})/",
@@ -277,11 +267,7 @@ def solves():
 
 def throughput():
     bench = bench_path(ARGS.build)
-    emit("## Routing throughput per policy")
-    emit()
-    if bench is None:
-        emit(f"(left out: {ARGS.build}/bench/ssr_bench is missing)")
-        emit()
+    if not section("## Routing throughput per policy", bench):
         return
     runs = benchmark_json(bench, "BM_Route_" + ("SoftmaxTopK/" if ARGS.quick else ""),
                           2 if ARGS.quick else 5, 0.05 if ARGS.quick else 0.3)
@@ -305,12 +291,8 @@ def throughput():
 
 
 def distributed():
-    emit("## Distributed")
-    emit()
     tool = os.path.join(ARGS.mpi, "bench", "ssr_bench_distributed")
-    if not os.access(tool, os.X_OK):
-        emit(f"(left out: {tool} is missing)")
-        emit()
+    if not section("## Distributed", tool):
         return
     out = command(["bash", os.path.join("bench", "distributed.sh"), ARGS.mpi, "1", "2"])
     lines = [line.split() for line in out.strip().splitlines()]
