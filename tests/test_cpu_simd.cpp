@@ -1010,3 +1010,44 @@ TEST_CASE(
     }
   }
 }
+
+#if defined(__SSE2__)
+TEST_CASE("subnormals are flushed inside the Sinkhorn pass only: the caller's setting comes back", "[simd]") {
+  volatile float least = std::numeric_limits<float>::min();
+  const auto control = [] { return _mm_getcsr() & ~0x3fu; };  // without the exceptions' flags
+  const unsigned before = control();
+  {
+    const ssr::cpu::lanes::FlushSubnormals flush;
+    REQUIRE(least * 0.5f == 0.0f);  // FTZ
+    volatile float subnormal = 0x1p-140f;
+    REQUIRE(subnormal * 0x1p100f == 0.0f);  // DAZ
+  }
+  REQUIRE(control() == before);
+  REQUIRE(least * 0.5f > 0.0f);
+  // A route at small xi, whose pass meets subnormal products, on one thread and on two: the caller's
+  // thread keeps its setting, and the two give the same bits.
+  const index_t m = 3000, n = 16;
+  const int k = 2;
+  std::mt19937 gen(11);
+  std::normal_distribution<double> normal;
+  std::vector<float> s(static_cast<std::size_t>(m * n));
+  for (index_t i = 0; i < m; ++i)
+    for (index_t j = 0; j < n; ++j)
+      s[static_cast<std::size_t>(i * n + j)] = static_cast<float>(normal(gen) - 4.0 * j / n);
+  std::vector<std::int32_t> experts[2];
+  std::vector<float> weights[2];
+  for (int threads : {1, 2}) {
+    auto& e = experts[threads - 1];
+    auto& w = weights[threads - 1];
+    e.resize(static_cast<std::size_t>(m * k));
+    w.resize(e.size());
+    ssr::Router<ssr::SinkhornTopK, ssr::CpuBackend<float>> router(ssr::SinkhornTopK(k, Cost::linear, {0.05, 1e-4, 100}),
+                                                                  ssr::CpuBackend<float>(threads));
+    const auto info = router.route({s.data(), m, n}, ssr::Context::train(0), {{e.data(), m, k}, {w.data(), m, k}});
+    REQUIRE(info.iterations > 10);
+    REQUIRE(control() == before);
+  }
+  REQUIRE(experts[0] == experts[1]);
+  REQUIRE(std::memcmp(weights[0].data(), weights[1].data(), weights[0].size() * sizeof(float)) == 0);
+}
+#endif
