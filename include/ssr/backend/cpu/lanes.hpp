@@ -3,7 +3,7 @@
 // vector the build compiles to one register, and the AVX2 and AVX-512 paths that a baseline x86-64 build
 // (SSE2) takes at run time where the processor has them; any_lane, which reads a comparison's lanes;
 // lane-wise fused multiply-adds (FusedOwn and its kin, Fused over vectors of doubles); conversions between
-// float and double lanes (widen, narrow); and prefetch.
+// float and double lanes (widen, narrow); subnormals flushed for a scope (FlushSubnormals); and prefetch.
 //
 // Such code declares its vector types inside each function (SSR_LANES), passes no vector to a function
 // (one crossing a function boundary in a build without its registers changes the ABI), and its functions
@@ -395,9 +395,9 @@ struct Fused {
 
 // While it lives, the calling thread's x86 floating-point unit flushes subnormal results to zero and reads
 // subnormal inputs as zero (MXCSR's FTZ and DAZ); the caller's setting comes back after, with the
-// exceptions' flags raised meanwhile. An operation on a
-// subnormal takes a microcode assist of about a hundred cycles on x86 cores: a Sinkhorn pass at small xi,
-// whose small Q_ij times v_j are subnormal, took three times as long. Elsewhere it does nothing.
+// exceptions' flags raised meanwhile. An operation on a subnormal takes a microcode assist of about a
+// hundred cycles on x86 cores: a Sinkhorn pass at small xi, whose small Q_ij times v_j are subnormal, took
+// three times as long. Elsewhere it does nothing.
 class FlushSubnormals {
  public:
 #if defined(__SSE2__)
