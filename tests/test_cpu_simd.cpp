@@ -1033,7 +1033,8 @@ TEST_CASE("subnormals are flushed inside the Sinkhorn pass only: the caller's se
   std::vector<float> s(static_cast<std::size_t>(m * n));
   for (index_t i = 0; i < m; ++i)
     for (index_t j = 0; j < n; ++j)
-      s[static_cast<std::size_t>(i * n + j)] = static_cast<float>(normal(gen) - 4.0 * j / n);
+      s[static_cast<std::size_t>(i * n + j)] =
+          static_cast<float>(normal(gen) - 4.0 * static_cast<double>(j) / static_cast<double>(n));
   std::vector<std::int32_t> experts[2];
   std::vector<float> weights[2];
   for (int threads : {1, 2}) {
