@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -921,10 +922,56 @@ TEMPLATE_TEST_CASE("a chosen Q below the least is found however large v makes t"
     INFO("row " << row);
     REQUIRE_FALSE(V::topk_tiles_weights(ssr::Weights::plan, x.data, n, v.data, 1, V::tile, {experts.data(), V::tile, 1},
                                         {weights.data(), V::tile, 1}, least));
+    // With a mask of the rows below: the group is taken, that row alone is flagged, the others routed.
+    std::uint32_t below = 0;
+    REQUIRE(V::topk_tiles_weights(ssr::Weights::plan, x.data, n, v.data, 1, V::tile, {experts.data(), V::tile, 1},
+                                  {weights.data(), V::tile, 1}, least, &below));
+    REQUIRE(below == std::uint32_t{1} << row);
+    for (index_t i = 0; i < V::tile; ++i)
+      if (i != row) REQUIRE((experts[static_cast<std::size_t>(i)] == 0 && weights[static_cast<std::size_t>(i)] == 1));
     x.data[V::at_tile(row, 1, n)] = least;  // at the least: taken
     REQUIRE(V::topk_tiles_weights(ssr::Weights::plan, x.data, n, v.data, 1, V::tile, {experts.data(), V::tile, 1},
                                   {weights.data(), V::tile, 1}, least));
     REQUIRE(experts[static_cast<std::size_t>(row)] == 1);
+    below = 0;
+    REQUIRE(V::topk_tiles_weights(ssr::Weights::plan, x.data, n, v.data, 1, V::tile, {experts.data(), V::tile, 1},
+                                  {weights.data(), V::tile, 1}, least, &below));
+    REQUIRE(below == 0);
+  }
+}
+
+TEMPLATE_TEST_CASE("the rows below the least are flagged in each tile of a group, the rest routed", "[simd]", float,
+                   double) {
+  using V = ssr::cpu::Simd<TestType>;
+  const index_t n = 5;
+  const TestType least = static_cast<TestType>(ssr::math::underflow_threshold<TestType>());
+  Padded<TestType> x(V::group_rows * n), v(n);
+  std::fill(x.data, x.data + V::group_rows * n, TestType(0));
+  std::fill(v.data, v.data + n, TestType(1));
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (index_t rows : {V::group_rows, V::group_rows - 3}) {
+    for (int k : {1, 2}) {
+      std::uint32_t want = 0;
+      for (index_t i = 0; i < rows; ++i) {
+        const bool low = u(gen) < 0.3;  // every value of the row below the least: its chosen too
+        for (index_t j = 0; j < n; ++j)
+          x.data[V::at_tile(i, j, n)] = static_cast<TestType>(low ? least * u(gen) / 2 : 0.1 + u(gen));
+        if (low) want |= std::uint32_t{1} << i;
+      }
+      std::vector<std::int32_t> experts(static_cast<std::size_t>(rows * k)), expected(static_cast<std::size_t>(k));
+      std::vector<TestType> weights(static_cast<std::size_t>(rows * k));
+      std::uint32_t below = 0;
+      INFO("rows " << rows << " k " << k);
+      REQUIRE(V::topk_tiles_weights(ssr::Weights::plan, x.data, n, v.data, k, rows, {experts.data(), rows, k},
+                                    {weights.data(), rows, k}, least, &below));
+      REQUIRE(below == want);
+      for (index_t i = 0; i < rows; ++i) {
+        if (want >> i & 1U) continue;
+        ssr::math::topk(n, k, expected.data(), [&](index_t j) { return x.data[V::at_tile(i, j, n)]; });
+        for (int r = 0; r < k; ++r) REQUIRE(experts[static_cast<std::size_t>(i * k + r)] == expected[r]);
+      }
+    }
   }
 }
 

@@ -174,30 +174,33 @@ struct Simd {
   // the values are t = Q_ij * v_j, the plan up to each row's scale; the weights are
   // math::normalised_weights, bit for bit. Empty weights: the experts alone. Returns false, its outputs undefined,
   // where topk::tiles does or where an element chosen is below `least` (as held in the tiles, before v): the caller
-  // then routes that group row by row.
+  // then routes that group row by row. Where `below` is not null, a row with a chosen element below least does not
+  // turn the group down: bit q of *below is set for the group's row q, whose outputs are then t's as held (experts
+  // in [0, n), which the caller routes again alone), and the other rows' are as above.
+  static_assert(group_rows <= 32, "a group's rows are the bits of a 32-bit word");
   static bool topk_tiles_weights(Weights form, const T* x, index_t n, const T* v, int k, index_t rows,
                                  MatrixView<std::int32_t> experts, MatrixView<T> weights,
-                                 T least = -std::numeric_limits<T>::infinity()) {
+                                 T least = -std::numeric_limits<T>::infinity(), std::uint32_t* below = nullptr) {
     return with_k(k, [&](auto k_constant) {
       constexpr int K = decltype(k_constant)::value;
       alignas(64) T lists[2 * index_t{K} * group_rows];
       return topk_of_tiles<K>(x, n, v, rows, lists) &&
-             outputs_of_tiles<K>(form, x, n, v, rows, lists, experts, weights, least);
+             outputs_of_tiles<K>(form, x, n, v, rows, lists, experts, weights, least, below);
     });
   }
 
   // topk_tiles_weights in two steps, so that a caller can keep a group's lists (2 * k * group_rows values,
   // aligned to 64 bytes) between them: the top-k of the group's tiles into `lists`, false where topk::tiles
   // is; then the experts and weights from the lists, false where a chosen element is below `least` (the
-  // tiles x are read only where least is finite).
+  // tiles x are read only where least is finite; `below` as topk_tiles_weights takes it).
   static bool topk_of_tiles(const T* x, index_t n, const T* v, int k, index_t rows, T* lists) {
     return with_k(k, [&](auto k_constant) { return topk_of_tiles<decltype(k_constant)::value>(x, n, v, rows, lists); });
   }
   static bool outputs_of_tiles(Weights form, const T* x, index_t n, const T* v, int k, index_t rows, const T* lists,
                                MatrixView<std::int32_t> experts, MatrixView<T> weights,
-                               T least = -std::numeric_limits<T>::infinity()) {
+                               T least = -std::numeric_limits<T>::infinity(), std::uint32_t* below = nullptr) {
     return with_k(k, [&](auto k_constant) {
-      return outputs_of_tiles<decltype(k_constant)::value>(form, x, n, v, rows, lists, experts, weights, least);
+      return outputs_of_tiles<decltype(k_constant)::value>(form, x, n, v, rows, lists, experts, weights, least, below);
     });
   }
 
@@ -229,7 +232,7 @@ struct Simd {
 
   template <int K>
   static bool outputs_of_tiles(Weights form, const T* x, index_t n, const T* v, index_t rows, const T* lists,
-                               MatrixView<std::int32_t> experts, MatrixView<T> weights, T least) {
+                               MatrixView<std::int32_t> experts, MatrixView<T> weights, T least, std::uint32_t* below) {
     const index_t count = (rows + tile - 1) / tile;
     const auto& value = *reinterpret_cast<const Lists<K>*>(lists);
     const auto& index = *reinterpret_cast<const Lists<K>*>(lists + K * group_rows);
@@ -239,21 +242,23 @@ struct Simd {
 #if defined(SSR_DISPATCH_AVX2)
     if constexpr (std::is_same<T, float>::value) {
       if (lanes::has_avx2_fma())
-        return tiles_outputs_avx2_fma<K>(form, x, n, value, index, count, rows, least, above, experts, weights);
+        return tiles_outputs_avx2_fma<K>(form, x, n, value, index, count, rows, least, above, experts, weights, below);
     } else {
       if (lanes::has_avx2())
-        return tiles_outputs_avx2<K>(form, x, n, value, index, count, rows, least, above, experts, weights);
+        return tiles_outputs_avx2<K>(form, x, n, value, index, count, rows, least, above, experts, weights, below);
     }
 #endif
-    return tiles_outputs<K, fexp::widest>(form, x, n, value, index, count, rows, least, above, experts, weights);
+    return tiles_outputs<K, fexp::widest>(form, x, n, value, index, count, rows, least, above, experts, weights, below);
   }
 
   // The experts and weights of `count` tiles (`rows` rows) from topk::tiles' values and experts (as T); the
-  // float exp of softmax weights in L lanes. False where a chosen Q is below least (see above).
+  // float exp of softmax weights in L lanes. False where a chosen Q is below least, or that row's bit set in
+  // *below where below is not null (see above).
   template <int K, int L>
   SSR_LANES_INLINE static bool tiles_outputs(Weights form, const T* x, index_t n, const T (&value)[K][group_rows],
                                              const T (&index)[K][group_rows], index_t count, index_t rows, T least,
-                                             T above, MatrixView<std::int32_t> experts, MatrixView<T> weights) {
+                                             T above, MatrixView<std::int32_t> experts, MatrixView<T> weights,
+                                             std::uint32_t* below) {
     for (index_t g = 0; g < count; ++g) {
       const index_t i0 = g * tile, in_tile = std::min<index_t>(tile, rows - i0);
       std::int32_t at[K][tile];  // the chosen experts (a loop the compiler vectorises)
@@ -261,9 +266,13 @@ struct Simd {
         for (int q = 0; q < tile; ++q) at[r][q] = static_cast<std::int32_t>(index[r][i0 + q]);
       if (least > -std::numeric_limits<T>::infinity() && any_not_above(value, i0, above)) {
         const T* x_tile = x + g * n * tile;
-        for (index_t q = 0; q < in_tile; ++q)
-          for (int r = 0; r < K; ++r)
-            if (!(x_tile[static_cast<index_t>(at[r][q]) * tile + q] >= least)) return false;
+        for (index_t q = 0; q < in_tile; ++q) {
+          bool all = true;
+          for (int r = 0; r < K; ++r) all = all && x_tile[static_cast<index_t>(at[r][q]) * tile + q] >= least;
+          if (all) continue;
+          if (!below) return false;
+          *below |= std::uint32_t{1} << (i0 + q);
+        }
       }
       store_rows<K>(at, in_tile, MatrixView<std::int32_t>(experts.row(i0), in_tile, K, experts.stride));
       if (!weights.empty())
@@ -297,16 +306,17 @@ struct Simd {
   template <int K>
   SSR_TARGET_AVX2 static bool tiles_outputs_avx2(Weights form, const T* x, index_t n, const T (&value)[K][group_rows],
                                                  const T (&index)[K][group_rows], index_t count, index_t rows, T least,
-                                                 T above, MatrixView<std::int32_t> experts, MatrixView<T> weights) {
-    return tiles_outputs<K, 8>(form, x, n, value, index, count, rows, least, above, experts, weights);
+                                                 T above, MatrixView<std::int32_t> experts, MatrixView<T> weights,
+                                                 std::uint32_t* below) {
+    return tiles_outputs<K, 8>(form, x, n, value, index, count, rows, least, above, experts, weights, below);
   }
   template <int K>
   SSR_TARGET_AVX2_FMA static bool tiles_outputs_avx2_fma(Weights form, const T* x, index_t n,
                                                          const T (&value)[K][group_rows],
                                                          const T (&index)[K][group_rows], index_t count, index_t rows,
                                                          T least, T above, MatrixView<std::int32_t> experts,
-                                                         MatrixView<T> weights) {
-    return tiles_outputs<K, 8>(form, x, n, value, index, count, rows, least, above, experts, weights);
+                                                         MatrixView<T> weights, std::uint32_t* below) {
+    return tiles_outputs<K, 8>(form, x, n, value, index, count, rows, least, above, experts, weights, below);
   }
 #endif
 

@@ -64,7 +64,8 @@ class Sinkhorn {
     std::int64_t* limbs;
     std::int32_t* log_update;
     double *column_max, *column_sum;
-    std::uint8_t* taken;  // per group of tiles: its top-k taken by the pass that looked like the last
+    std::uint8_t* taken;   // per group of tiles: its top-k taken by the pass that looked like the last
+    std::uint32_t* below;  // per group of tiles: the rows it leaves to final_row (Simd::topk_tiles_weights)
   };
 
   // Lays out the buffers of an m x n solve on nt threads.
@@ -94,6 +95,7 @@ class Sinkhorn {
     b.column_max = c.take<double>(nz);
     b.column_sum = c.take<double>(nz);
     b.taken = c.take<std::uint8_t>(static_cast<std::size_t>((m + V::group_rows - 1) / V::group_rows));
+    b.below = c.take<std::uint32_t>(static_cast<std::size_t>((m + V::group_rows - 1) / V::group_rows));
     return b;
   }
 
@@ -150,13 +152,15 @@ class Sinkhorn {
       const auto rows_of = [&](index_t tl) { return tl == tiles - 1 ? last_rows : tile; };
       const bool plan_weights = spec.weights == Weights::plan;  // else the experts alone, then score weights
       // The top-k of group grp from Q and v, and its plan weights where asked; false where the group must go
-      // row by row (the outputs then undefined).
+      // row by row (the outputs then undefined). The rows whose chosen Q underflowed below tiny are left to
+      // final_row: their bits in b.below[grp].
       const auto group_by_tiles = [&](index_t grp) {
         const index_t i0 = grp * V::group_rows, rows = std::min(V::group_rows, m - i0);
         const MatrixView<std::int32_t> experts(out.experts.row(i0), rows, spec.k, out.experts.stride);
         const MatrixView<T> weights(out.weights.row(i0), rows, spec.k, out.weights.stride);
+        b.below[grp] = 0;
         return V::topk_tiles_weights(Weights::plan, q + grp * V::group * size, n, v, spec.k, rows, experts,
-                                     plan_weights ? weights : MatrixView<T>{}, tiny);
+                                     plan_weights ? weights : MatrixView<T>{}, tiny, b.below + grp);
       };
       // One pass over the tiles of block blk, into the block's column sums; the pass reads block `ahead` (the
       // one after it, where not -1 and as long) meanwhile.
@@ -357,8 +361,8 @@ class Sinkhorn {
         }
       };
       // A group of tiles at a time: top-k of t = Q * v and plan weights of the whole group at once
-      // (group_by_tiles, where every chosen Q is at least tiny), or kept from the last pass where it took
-      // them; the groups it cannot take go row by row through final_row.
+      // (group_by_tiles), or kept from the last pass where it took them, then its rows whose chosen Q is below
+      // tiny through final_row; the groups it cannot take go row by row through final_row.
       const std::pair<index_t, index_t> final_groups = detail::own_range(groups);  // walked as the next pass would
       for (index_t step = 0; step < final_groups.second - final_groups.first; ++step) {
         const index_t grp = backward ? final_groups.second - 1 - step : final_groups.first + step;
@@ -374,6 +378,8 @@ class Sinkhorn {
             V::softmax_score_weights(s.row(i0), s.stride, rows, spec.k, experts, weights);
           else if (!plan_weights)
             for (index_t i = i0; i < i0 + rows; ++i) score_weights(i);
+          // Then the rows left to final_row, after the group's score weights: final_row changes their experts.
+          for (std::uint32_t rest = b.below[grp]; rest != 0; rest &= rest - 1) final_row(i0 + lowest_bit(rest));
         } else {
           for (index_t i = i0; i < i0 + rows; ++i) final_row(i);
         }
@@ -385,6 +391,13 @@ class Sinkhorn {
   }
 
  private:
+  // The index of the lowest set bit of a nonzero word.
+  static index_t lowest_bit(std::uint32_t word) {
+    index_t r = 0;
+    for (; (word & 1U) == 0; word >>= 1) ++r;
+    return r;
+  }
+
   // Tiles of noise a thread holds: a block's, or every row's where there are fewer.
   static index_t noise_tiles(index_t m, index_t n) {
     return (std::min(m, CpuTuning::rows_per_block(n)) + V::tile - 1) / V::tile;
