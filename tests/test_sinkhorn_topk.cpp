@@ -201,6 +201,30 @@ TEST_CASE("experts and weights are the same with the plan asked and without, at 
       }
 }
 
+TEST_CASE("rows whose chosen Q underflowed are routed alone, as with the plan asked", "[sinkhorn]") {
+  // At small xi many rows' chosen Q fall below the underflow threshold; without the plan the CPU takes their
+  // group's top-k by tiles and redoes those rows alone in the log domain, with the plan every row goes alone.
+  const double xi = GENERATE(0.1, 0.05);
+  const int threads = GENERATE(1, 2);
+  const index_t m = 9001, n = 16;
+  const auto s = test::random_logits<float>(m, n, 2.0, 23, 3.0);
+  for (const index_t k : {index_t{1}, index_t{2}, index_t{5}})
+    for (const auto weights : {ssr::Weights::plan, ssr::Weights::scores}) {
+      const SinkhornTopK policy(static_cast<int>(k), Cost::linear, {xi, 1e-4, 100}, weights);
+      const auto with_plan = test::route(policy, s, m, n, Context::train(0), threads);
+      test::Router<SinkhornTopK, float> router(policy, threads);
+      test::Routed<float> r(m, n, k);
+      auto outputs = r.outputs();
+      outputs.plan = {};
+      outputs.noise = {};
+      r.info = router.route({s.data(), m, n}, Context::train(0), outputs);
+      INFO("xi " << xi << " threads " << threads << " k " << k);
+      REQUIRE(r.info.iterations == with_plan.info.iterations);
+      REQUIRE(r.experts == with_plan.experts);
+      REQUIRE(std::memcmp(r.weights.data(), with_plan.weights.data(), r.weights.size() * sizeof(float)) == 0);
+    }
+}
+
 TEST_CASE("Sinkhorn balances the load that softmax top-k leaves skewed", "[sinkhorn]") {
   const index_t m = 4096, n = 16;
   const auto s = test::random_logits<float>(m, n, 1.0, 21, 6.0);  // experts with low index are favoured

@@ -446,7 +446,9 @@ struct Simd {
                                     MatrixView<const std::int32_t> experts, MatrixView<T> weights) {
     static_assert(tile_k <= cost_tiles::tile, "a lane's list fits softmax_weights' vectors");
     constexpr index_t at_once = cost_tiles::weight_rows;
-    alignas(64) double logit[tile_k * at_once];  // the r-th chosen logit of row q at r * at_once + q
+    // The r-th chosen logit of row q at r * at_once + q; zeros first, as GCC cannot see that softmax_weights
+    // reads only what the loop below writes (-Wmaybe-uninitialized).
+    alignas(64) double logit[tile_k * at_once] = {};
     alignas(64) T weight[tile_k * at_once];
     for (index_t q0 = 0; q0 < rows; q0 += at_once) {
       const index_t here = std::min<index_t>(at_once, rows - q0);
