@@ -2,8 +2,10 @@
 // revisions, `diff` of the two outputs says whether a change kept every bit. The cases: float logits, the
 // linear cost, xi 0.5 and 1 (the float kernel); logit scales up to 1e4 (rows whose chosen experts' Q
 // underflows, absorption) and a column every token disfavours by 1e4 (the log-domain column update);
-// one and two threads; then the softmax cost (its float kernel) at xi 0.5 and 0.3. Each hash covers the
-// experts, weights and plan, the tiles' top-k path (no plan asked), the iterations and the error. Then noisy routes
+// one and two threads; then the softmax cost (its float kernel) at xi 0.5 and 0.3; both costs also at xi
+// 0.2, 0.1 and 0.05 (subnormal products in the pass, many rows below the underflow threshold, the linear
+// kernel in double). Each hash covers the experts, weights and plan, the tiles' top-k path (no plan asked),
+// the same with softmax score weights, the iterations and the error. Then noisy routes
 // (NoisyCost over softmax top-k and over Sinkhorn top-k with plan and with softmax score weights; both costs, xi 0.5
 // and 0.3): experts, weights, the noise output and, for Sinkhorn, the plan, on one and two threads.
 #include <ssr/router.hpp>
@@ -30,7 +32,7 @@ int main() {
   for (const ssr::Cost cost : {ssr::Cost::linear, ssr::Cost::softmax})
     for (const ssr::index_t n : {4, 8, 16, 20, 128})
       for (const double scale : {1.0, 1e2, 1e4})
-        for (const double xi : {0.5, cost == ssr::Cost::linear ? 1.0 : 0.3})
+        for (const double xi : {0.5, cost == ssr::Cost::linear ? 1.0 : 0.3, 0.2, 0.1, 0.05})
           for (const bool disfavoured : {false, true})
             for (const int threads : {1, 2}) {
               if (cost == ssr::Cost::softmax && scale > 1e3) continue;
@@ -49,8 +51,15 @@ int main() {
                                              {{experts.data(), m, k}, {weights.data(), m, k}, {}, {plan.data(), m, n}});
               router.route({s.data(), m, n}, ssr::Context::train(0),
                            {{tiles_experts.data(), m, k}, {tiles_weights.data(), m, k}});
+              ssr::Router<ssr::SinkhornTopK, ssr::CpuBackend<float>> scores(
+                  ssr::SinkhornTopK(k, cost, {xi, 1e-6, 100}, ssr::Weights::scores), ssr::CpuBackend<float>(threads));
+              std::vector<std::int32_t> score_experts(m * k);
+              std::vector<float> score_weights(m * k);
+              scores.route({s.data(), m, n}, ssr::Context::train(0),
+                           {{score_experts.data(), m, k}, {score_weights.data(), m, k}});
               std::uint64_t h = 1469598103934665603ull;
               h = hash(hash(hash(hash(hash(h, experts), weights), plan), tiles_experts), tiles_weights);
+              h = hash(hash(h, score_experts), score_weights);
               h = hash(h, std::vector<double>{static_cast<double>(info.iterations), info.marginal_error});
               std::printf("%sn %3lld scale %5g xi %3g disfavoured %d threads %d: %3d iterations, hash %016llx\n",
                           cost == ssr::Cost::linear ? "" : "softmax cost ", static_cast<long long>(n), scale, xi,

@@ -67,6 +67,21 @@ std::vector<double> reference_plan(const std::vector<double>& s, index_t m, inde
   return plan;
 }
 
+// The route without the plan asked (nor the noise): the CPU then takes its final top-k by groups of tiles.
+// The same experts, weights (bit for bit) and iterations as the route with the plan, `with_plan`.
+void require_same_without_plan(const SinkhornTopK& policy, const std::vector<float>& s, index_t m, index_t n, index_t k,
+                               int threads, const test::Routed<float>& with_plan) {
+  test::Router<SinkhornTopK, float> router(policy, threads);
+  test::Routed<float> r(m, n, k);
+  auto outputs = r.outputs();
+  outputs.plan = {};
+  outputs.noise = {};
+  r.info = router.route({s.data(), m, n}, Context::train(0), outputs);
+  REQUIRE(r.info.iterations == with_plan.info.iterations);
+  REQUIRE(r.experts == with_plan.experts);
+  REQUIRE(std::memcmp(r.weights.data(), with_plan.weights.data(), r.weights.size() * sizeof(float)) == 0);
+}
+
 }  // namespace
 
 TEMPLATE_TEST_CASE("the plan has unit rows and columns within tol", "[sinkhorn]", float, double) {
@@ -187,17 +202,9 @@ TEST_CASE("experts and weights are the same with the plan asked and without, at 
       for (const auto& stop : stops) {
         const SinkhornTopK policy(static_cast<int>(k), cost, {0.5, stop.first, stop.second}, weights);
         const auto with_plan = test::route(policy, s, m, n, Context::train(0), threads);
-        test::Router<SinkhornTopK, float> router(policy, threads);
-        test::Routed<float> r(m, n, k);
-        auto outputs = r.outputs();
-        outputs.plan = {};
-        outputs.noise = {};
-        r.info = router.route({s.data(), m, n}, Context::train(0), outputs);
         INFO("n " << n << " m " << m << " threads " << threads << " k " << k << " tol " << stop.first << " limit "
                   << stop.second);
-        REQUIRE(r.info.iterations == with_plan.info.iterations);
-        REQUIRE(r.experts == with_plan.experts);
-        REQUIRE(std::memcmp(r.weights.data(), with_plan.weights.data(), r.weights.size() * sizeof(float)) == 0);
+        require_same_without_plan(policy, s, m, n, k, threads, with_plan);
       }
 }
 
@@ -212,16 +219,8 @@ TEST_CASE("rows whose chosen Q underflowed are routed alone, as with the plan as
     for (const auto weights : {ssr::Weights::plan, ssr::Weights::scores}) {
       const SinkhornTopK policy(static_cast<int>(k), Cost::linear, {xi, 1e-4, 100}, weights);
       const auto with_plan = test::route(policy, s, m, n, Context::train(0), threads);
-      test::Router<SinkhornTopK, float> router(policy, threads);
-      test::Routed<float> r(m, n, k);
-      auto outputs = r.outputs();
-      outputs.plan = {};
-      outputs.noise = {};
-      r.info = router.route({s.data(), m, n}, Context::train(0), outputs);
       INFO("xi " << xi << " threads " << threads << " k " << k);
-      REQUIRE(r.info.iterations == with_plan.info.iterations);
-      REQUIRE(r.experts == with_plan.experts);
-      REQUIRE(std::memcmp(r.weights.data(), with_plan.weights.data(), r.weights.size() * sizeof(float)) == 0);
+      require_same_without_plan(policy, s, m, n, k, threads, with_plan);
     }
 }
 

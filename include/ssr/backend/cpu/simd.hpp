@@ -175,8 +175,8 @@ struct Simd {
   // math::normalised_weights, bit for bit. Empty weights: the experts alone. Returns false, its outputs undefined,
   // where topk::tiles does or where an element chosen is below `least` (as held in the tiles, before v): the caller
   // then routes that group row by row. Where `below` is not null, a row with a chosen element below least does not
-  // turn the group down: bit q of *below is set for the group's row q, whose outputs are then t's as held (experts
-  // in [0, n), which the caller routes again alone), and the other rows' are as above.
+  // turn the group down: *below gets bit q set for each such row q of the group, whose outputs are then t's as held
+  // (experts in [0, n), which the caller routes again alone), and the other rows' are as above.
   static_assert(group_rows <= 32, "a group's rows are the bits of a 32-bit word");
   static bool topk_tiles_weights(Weights form, const T* x, index_t n, const T* v, int k, index_t rows,
                                  MatrixView<std::int32_t> experts, MatrixView<T> weights,
@@ -234,6 +234,7 @@ struct Simd {
   static bool outputs_of_tiles(Weights form, const T* x, index_t n, const T* v, index_t rows, const T* lists,
                                MatrixView<std::int32_t> experts, MatrixView<T> weights, T least, std::uint32_t* below) {
     const index_t count = (rows + tile - 1) / tile;
+    if (below) *below = 0;
     const auto& value = *reinterpret_cast<const Lists<K>*>(lists);
     const auto& index = *reinterpret_cast<const Lists<K>*>(lists + K * group_rows);
     // Where Q_ij < least, t = Q_ij * v_j rounds to at most least * max v: a tile whose chosen values are all

@@ -158,7 +158,6 @@ class Sinkhorn {
         const index_t i0 = grp * V::group_rows, rows = std::min(V::group_rows, m - i0);
         const MatrixView<std::int32_t> experts(out.experts.row(i0), rows, spec.k, out.experts.stride);
         const MatrixView<T> weights(out.weights.row(i0), rows, spec.k, out.weights.stride);
-        b.below[grp] = 0;
         return V::topk_tiles_weights(Weights::plan, q + grp * V::group * size, n, v, spec.k, rows, experts,
                                      plan_weights ? weights : MatrixView<T>{}, tiny, b.below + grp);
       };
@@ -379,7 +378,9 @@ class Sinkhorn {
           else if (!plan_weights)
             for (index_t i = i0; i < i0 + rows; ++i) score_weights(i);
           // Then the rows left to final_row, after the group's score weights: final_row changes their experts.
-          for (std::uint32_t rest = b.below[grp]; rest != 0; rest &= rest - 1) final_row(i0 + lowest_bit(rest));
+          if (b.below[grp] != 0)
+            for (index_t r = 0; r < rows; ++r)
+              if (b.below[grp] >> r & 1U) final_row(i0 + r);
         } else {
           for (index_t i = i0; i < i0 + rows; ++i) final_row(i);
         }
@@ -391,13 +392,6 @@ class Sinkhorn {
   }
 
  private:
-  // The index of the lowest set bit of a nonzero word.
-  static index_t lowest_bit(std::uint32_t word) {
-    index_t r = 0;
-    for (; (word & 1U) == 0; word >>= 1) ++r;
-    return r;
-  }
-
   // Tiles of noise a thread holds: a block's, or every row's where there are fewer.
   static index_t noise_tiles(index_t m, index_t n) {
     return (std::min(m, CpuTuning::rows_per_block(n)) + V::tile - 1) / V::tile;
