@@ -608,7 +608,8 @@ TEMPLATE_TEST_CASE(
   Padded<TestType> other_part(19), other_sum(5 * V::tile);  // the other widths and paths
   Padded<TestType> ahead(5 * V::tile * 19);  // a next block, which the other widths and paths prefetch: not Q
   std::fill(ahead.data, ahead.data + 5 * V::tile * 19, TestType(7));
-  for (index_t n : {1, 2, 3, 5, 6, 8, 16, 19}) {  // every remainder of n mod 4, one pair or none
+  // Every remainder of n mod 4, one pair or none, and every even n up to 16 (a tile's columns in registers).
+  for (index_t n : {1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 19}) {
     for (index_t m : {1, 8, 13, 37}) {
       const index_t tiles = (m + V::tile - 1) / V::tile;
       std::vector<TestType> dense(static_cast<std::size_t>(m * n));  // the same Q by rows

@@ -11,8 +11,10 @@
 // time), and the column sums of the plan rows t / r over all the rows (into part, n elements), as
 // v_j * sum_i Q_ij / r_i: one product a column, not one an element. First each tile's r and 1 / r (two
 // tiles at a time, sharing the loads of vt), then the column sums several columns at a time over every
-// tile, in registers. A vector holds whole columns of a tile, or two adjacent ones (16 floats with
-// AVX-512). The order is fixed: r adds Q_ij v_j over the columns j = 0, 1, 2, 3 (mod 4) in four sums,
+// tile, in registers, reading the block a second time from the nearest cache. A vector holds whole columns
+// of a tile, or two adjacent ones (16 floats with AVX-512); in the latter, an even n up to 16 puts two
+// tiles' columns in registers, read once for both sums (1.1-1.3 times faster an iteration at n = 8 and
+// 16 than the two reads). The order is fixed: r adds Q_ij v_j over the columns j = 0, 1, 2, 3 (mod 4) in four sums,
 // then (0 + 2) + (1 + 3); each lane of a column sum adds its rows' Q_ij (1 / r_i) in order, then the 8
 // lanes fold in halves: lane l + lane l + 4, then + 2, then + 1, and the sum is multiplied by v_j. A real
 // row's r is at least Q_ij v_j for each j (Q has a 1 in it, v is within exp(+-math::absorb_bound)), so
@@ -23,6 +25,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "ssr/backend/cpu/lanes.hpp"
 #include "ssr/backend/cpu/tuning.hpp"
@@ -56,36 +59,11 @@ SSR_LANES_INLINE T fold(T* a, index_t w) {
   return a[0];
 }
 
-// part[j] for the 2P columns [j0, j0 + 2P): v_j * sum_i Q_ij * inv_i, in vectors of L lanes (two
-// adjacent columns take 2 * tile / L of them); inv holds each tile's 1 / r twice, so that it multiplies
-// two columns at once. Where next is not null, the same columns of the tiles at next (the next block's)
-// are prefetched as these are read.
-template <class T, int L, int P, class Fused>
-SSR_LANES_INLINE void column_sums(const T* q, const T* v, index_t n, index_t count, const T* inv, index_t j0, T* part,
-                                  const T* next) {
-  SSR_LANES(V, T, L);
-  constexpr index_t per_pair = 2 * tile / L;
-  constexpr index_t line_elements = 64 / sizeof(T);
-  V acc[P][per_pair] = {};
-  for (index_t tl = 0; tl < count; ++tl) {
-    const T* x = q + (tl * n + j0) * tile;
-    if (next) {  // the same columns of the next block's tile: as many lines as this step reads
-      SSR_UNROLL
-      for (index_t c = 0; c < 2 * index_t{P} * tile; c += line_elements)
-        lanes::prefetch(next + (tl * n + j0) * tile + c);
-    }
-    V w[per_pair];
-    std::memcpy(w, inv + 2 * tl * tile, sizeof w);
-    SSR_UNROLL
-    for (index_t c = 0; c < P; ++c) {
-      SSR_UNROLL
-      for (index_t h = 0; h < per_pair; ++h) {
-        V e;
-        std::memcpy(&e, x + 2 * c * tile + h * L, sizeof e);
-        Fused::apply(acc[c][h], e, w[h], acc[c][h]);
-      }
-    }
-  }
+// part[j] for the 2P columns [j0, j0 + 2P) from their sums over the rows, in vectors of L lanes:
+// acc[c][h] holds vector h of columns j0 + 2c and j0 + 2c + 1 (each lane the sum of its rows' Q_ij / r_i),
+// folded (see the top of this file) and multiplied by v_j.
+template <class T, int L, int P, class V>
+SSR_LANES_INLINE void fold_columns(V (&acc)[P][2 * tile / L], const T* v, index_t j0, T* part) {
 #if defined(SSR_SHUFFLE_VECTOR)
   if constexpr (L == tile && P == 4) {
     // Eight columns (acc[c][h]: column 2c + h) folded together as fold() folds each (lane l + lane l + 4,
@@ -178,6 +156,39 @@ SSR_LANES_INLINE void column_sums(const T* q, const T* v, index_t n, index_t cou
   }
 }
 
+// part[j] for the 2P columns [j0, j0 + 2P): v_j * sum_i Q_ij * inv_i, in vectors of L lanes (two
+// adjacent columns take 2 * tile / L of them); inv holds each tile's 1 / r twice, so that it multiplies
+// two columns at once. Where next is not null, the same columns of the tiles at next (the next block's)
+// are prefetched as these are read.
+template <class T, int L, int P, class Fused>
+SSR_LANES_INLINE void column_sums(const T* q, const T* v, index_t n, index_t count, const T* inv, index_t j0, T* part,
+                                  const T* next) {
+  SSR_LANES(V, T, L);
+  constexpr index_t per_pair = 2 * tile / L;
+  constexpr index_t line_elements = 64 / sizeof(T);
+  V acc[P][per_pair] = {};
+  for (index_t tl = 0; tl < count; ++tl) {
+    const T* x = q + (tl * n + j0) * tile;
+    if (next) {  // the same columns of the next block's tile: as many lines as this step reads
+      SSR_UNROLL
+      for (index_t c = 0; c < 2 * index_t{P} * tile; c += line_elements)
+        lanes::prefetch(next + (tl * n + j0) * tile + c);
+    }
+    V w[per_pair];
+    std::memcpy(w, inv + 2 * tl * tile, sizeof w);
+    SSR_UNROLL
+    for (index_t c = 0; c < P; ++c) {
+      SSR_UNROLL
+      for (index_t h = 0; h < per_pair; ++h) {
+        V e;
+        std::memcpy(&e, x + 2 * c * tile + h * L, sizeof e);
+        Fused::apply(acc[c][h], e, w[h], acc[c][h]);
+      }
+    }
+  }
+  fold_columns<T, L, P>(acc, v, j0, part);
+}
+
 // The column sums from column j0 on, 2P columns a call while they last, then fewer (j0 ends at the last
 // column of an odd n, or at n). P pairs of per_pair vectors keep up to eight sums in flight: fewer would
 // leave the adds waiting on each other's latency. The order of each column's sum does not depend on P.
@@ -189,13 +200,63 @@ SSR_LANES_INLINE void column_sums_from(const T* q, const T* v, index_t n, index_
   if constexpr (P > 1) column_sums_from<T, L, P / 2, Fused>(q, v, n, count, inv, j0, part, next);
 }
 
+// r = (0 + 2) + (1 + 3) for G tiles from their sums r01 (columns 0 and 1 mod 4) and r23 (2 and 3), in
+// vectors of L lanes, into row_sum (the first tile's rows at row_sum); and 1 / r twice (the two halves of a
+// pair), for the column sums, into inv (the first tile's at inv).
+template <class T, int L, int G, class V>
+SSR_LANES_INLINE void row_reciprocals(V (&r01)[G][2 * tile / L], V (&r23)[G][2 * tile / L], T* row_sum, T* inv) {
+  constexpr index_t per_pair = 2 * tile / L, per_column = L < tile ? tile / L : 1;
+  const V least = V{} + std::numeric_limits<T>::min(), one = V{} + T(1);
+#if defined(SSR_SHUFFLE_VECTOR)
+  if constexpr (L == 2 * tile && G == 2) {
+    // Two tiles whose pairs fill 16 lanes: their row sums side by side in one vector (tl's 8 rows, then
+    // tl + 1's), so that one division serves both (a division's throughput bounds the pass otherwise).
+    SSR_UNROLL
+    for (int g = 0; g < G; ++g) r01[g][0] += r23[g][0];
+    const V sum =
+        __builtin_shufflevector(r01[0][0], r01[1][0], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+        __builtin_shufflevector(r01[0][0], r01[1][0], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    std::memcpy(row_sum, &sum, sizeof sum);
+    const V w = one / (sum < least ? least : sum);
+    const V w0 = __builtin_shufflevector(w, w, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
+    const V w1 = __builtin_shufflevector(w, w, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
+    std::memcpy(inv, &w0, sizeof w0);
+    std::memcpy(inv + 2 * tile, &w1, sizeof w1);
+    return;
+  }
+#endif
+  SSR_UNROLL
+  for (int g = 0; g < G; ++g) {
+    V w[per_pair];
+    SSR_UNROLL
+    for (index_t h = 0; h < per_pair; ++h) r01[g][h] += r23[g][h];
+    if constexpr (L <= tile) {
+      SSR_UNROLL
+      for (index_t h = 0; h < per_column; ++h) {
+        const V sum = r01[g][h] + r01[g][per_column + h];
+        std::memcpy(row_sum + g * tile + h * L, &sum, sizeof sum);
+        w[h] = w[per_column + h] = one / (sum < least ? least : sum);
+      }
+    } else {
+#if defined(SSR_SHUFFLE_VECTOR)
+      const V sum = r01[g][0] + __builtin_shufflevector(r01[g][0], r01[g][0], 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3,
+                                                        4, 5, 6, 7);  // the same sum in both halves
+      std::memcpy(row_sum + g * tile, &sum, tile * sizeof(T));
+      w[0] = one / (sum < least ? least : sum);
+#else
+      static_assert(L <= tile, "two columns in one vector need __builtin_shufflevector (widest caps L)");
+#endif
+    }
+    std::memcpy(inv + 2 * g * tile, w, sizeof w);
+  }
+}
+
 // r and 1 / r for the G tiles from tile t0 (see the top of this file), in vectors of L lanes: the tiles share
 // each load of vt. inv gets each tile's 1 / r twice, so that it multiplies two columns at once.
 template <class T, int L, int G, class Fused>
 SSR_LANES_INLINE void row_sums(const T* q, const T* vt, index_t n, index_t t0, T* row_sum, T* inv) {
-  constexpr index_t per_pair = 2 * tile / L, per_column = L < tile ? tile / L : 1;
+  constexpr index_t per_pair = 2 * tile / L;
   SSR_LANES(V, T, L);
-  const V least = V{} + std::numeric_limits<T>::min(), one = V{} + T(1);
   V r01[G][per_pair] = {}, r23[G][per_pair] = {};  // the sums of columns 0 and 1 (mod 4), and of 2 and 3
   index_t j = 0;
   for (; j + 4 <= n; j += 4) {
@@ -244,50 +305,93 @@ SSR_LANES_INLINE void row_sums(const T* q, const T* vt, index_t n, index_t t0, T
       }
     }
   }
-  // r = (0 + 2) + (1 + 3), and 1 / r twice (the two halves of a pair), for the column sums.
-#if defined(SSR_SHUFFLE_VECTOR)
-  if constexpr (L == 2 * tile && G == 2) {
-    // Two tiles whose pairs fill 16 lanes: their row sums side by side in one vector (tl's 8 rows, then
-    // tl + 1's), so that one division serves both (a division's throughput bounds the pass otherwise).
+  row_reciprocals<T, L, G>(r01, r23, row_sum + t0 * tile, inv + 2 * t0 * tile);
+}
+
+// fold_columns over the column pairs of acc from pair j0 / 2 on, in calls of P pairs (a power of two)
+// while they last, then fewer: the calls column_sums_from makes for 2 * Pairs columns, so that each column
+// folds as there.
+template <class T, int L, int P, int Pairs, class V>
+SSR_LANES_INLINE void fold_columns_from(V (&acc)[Pairs][1], const T* v, index_t j0, T* part) {
+  for (; j0 + 2 * P <= 2 * Pairs; j0 += 2 * P) {
+    V some[P][1];
     SSR_UNROLL
-    for (int g = 0; g < G; ++g) r01[g][0] += r23[g][0];
-    const V sum =
-        __builtin_shufflevector(r01[0][0], r01[1][0], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
-        __builtin_shufflevector(r01[0][0], r01[1][0], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-    std::memcpy(row_sum + t0 * tile, &sum, sizeof sum);
-    const V w = one / (sum < least ? least : sum);
-    const V w0 = __builtin_shufflevector(w, w, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
-    const V w1 = __builtin_shufflevector(w, w, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
-    std::memcpy(inv + 2 * t0 * tile, &w0, sizeof w0);
-    std::memcpy(inv + 2 * (t0 + 1) * tile, &w1, sizeof w1);
-    return;
+    for (int c = 0; c < P; ++c) some[c][0] = acc[j0 / 2 + c][0];
+    fold_columns<T, L, P>(some, v, j0, part);
   }
-#endif
-  SSR_UNROLL
-  for (int g = 0; g < G; ++g) {
-    const index_t tl = t0 + g;
-    V w[per_pair];
+  if constexpr (P > 1) fold_columns_from<T, L, P / 2>(acc, v, j0, part);
+}
+
+// The pass over `count` tiles of N columns (N even, at most 16) in vectors of two columns (L = 2 * tile):
+// each tile's N / 2 vectors are read once, into registers, two tiles at a time, for their row sums
+// (row_sums' order, row_reciprocals) and then, with 1 / r, into the column sums (column_sums' order: tile
+// after tile, folded as there), the same bits as reading them twice. Where next is not null, the same
+// lines of the next block are prefetched as these are read (see scaled_in_lanes).
+template <class T, int L, int N, class Fused>
+SSR_LANES_INLINE void scaled_in_registers(const T* q, const T* v, const T* vt, index_t count, T* row_sum, T* part,
+                                          const T* next) {
+  static_assert(L == 2 * tile && N % 2 == 0 && N <= 2 * tile, "two columns a vector, N even");
+  SSR_LANES(V, T, L);
+  constexpr int P = N / 2;  // vectors a tile
+  constexpr index_t line_elements = 64 / sizeof(T);
+  V acc[P][1] = {};
+  const auto tiles = [&](index_t t0, auto g_constant) SSR_LANES_ALWAYS_INLINE {
+    constexpr int G = decltype(g_constant)::value;
+    V e[G][P];
     SSR_UNROLL
-    for (index_t h = 0; h < per_pair; ++h) r01[g][h] += r23[g][h];
-    if constexpr (L <= tile) {
+    for (int g = 0; g < G; ++g) {
       SSR_UNROLL
-      for (index_t h = 0; h < per_column; ++h) {
-        const V sum = r01[g][h] + r01[g][per_column + h];
-        std::memcpy(row_sum + tl * tile + h * L, &sum, sizeof sum);
-        w[h] = w[per_column + h] = one / (sum < least ? least : sum);
-      }
-    } else {
-#if defined(SSR_SHUFFLE_VECTOR)
-      const V sum = r01[g][0] + __builtin_shufflevector(r01[g][0], r01[g][0], 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3,
-                                                        4, 5, 6, 7);  // the same sum in both halves
-      std::memcpy(row_sum + tl * tile, &sum, tile * sizeof(T));
-      w[0] = one / (sum < least ? least : sum);
-#else
-      static_assert(L <= tile, "two columns in one vector need __builtin_shufflevector (widest caps L)");
-#endif
+      for (int p = 0; p < P; ++p) std::memcpy(&e[g][p], q + ((t0 + g) * N + 2 * p) * tile, sizeof(V));
     }
-    std::memcpy(inv + 2 * tl * tile, w, sizeof w);
+    if (next) {
+      SSR_UNROLL
+      for (index_t c = 0; c < G * N * tile; c += line_elements) lanes::prefetch(next + t0 * N * tile + c);
+    }
+    V r01[G][1] = {}, r23[G][1] = {};
+    SSR_UNROLL
+    for (int j = 0; j + 4 <= N; j += 4) {
+      V v01, v23;
+      std::memcpy(&v01, vt + j * tile, sizeof(V));
+      std::memcpy(&v23, vt + (j + 2) * tile, sizeof(V));
+      SSR_UNROLL
+      for (int g = 0; g < G; ++g) {
+        Fused::apply(r01[g][0], e[g][j / 2], v01, r01[g][0]);
+        Fused::apply(r23[g][0], e[g][j / 2 + 1], v23, r23[g][0]);
+      }
+    }
+    if constexpr (N % 4 == 2) {
+      V last;
+      std::memcpy(&last, vt + (N - 2) * tile, sizeof last);
+      SSR_UNROLL
+      for (int g = 0; g < G; ++g) Fused::apply(r01[g][0], e[g][P - 1], last, r01[g][0]);
+    }
+    alignas(64) T inv[2 * G * tile];
+    row_reciprocals<T, L, G>(r01, r23, row_sum + t0 * tile, inv);
+    V w[G];
+    std::memcpy(w, inv, sizeof w);
+    SSR_UNROLL
+    for (int g = 0; g < G; ++g) {
+      SSR_UNROLL
+      for (int p = 0; p < P; ++p) Fused::apply(acc[p][0], e[g][p], w[g], acc[p][0]);
+    }
+  };
+  index_t tl = 0;
+  for (; tl + 2 <= count; tl += 2) tiles(tl, std::integral_constant<int, 2>{});
+  if (tl < count) tiles(tl, std::integral_constant<int, 1>{});
+  constexpr int first = P >= 8 ? 8 : P >= 4 ? 4 : P >= 2 ? 2 : 1;  // column_sums_from's first call that folds
+  fold_columns_from<T, L, first>(acc, v, 0, part);
+}
+
+// scaled_in_registers where n is one of N, N - 2, ..., 2 (N even); false, having done nothing, elsewhere.
+template <class T, int L, int N, class Fused>
+SSR_LANES_INLINE bool in_registers_for(const T* q, const T* v, const T* vt, index_t n, index_t count, T* row_sum,
+                                       T* part, const T* next) {
+  if (n == N) {
+    scaled_in_registers<T, L, N, Fused>(q, v, vt, count, row_sum, part, next);
+    return true;
   }
+  if constexpr (N > 2) return in_registers_for<T, L, N - 2, Fused>(q, v, vt, n, count, row_sum, part, next);
+  return false;
 }
 
 // The pass in vectors of L lanes of T (L divides 2 * tile). next, where not null, is the next block's
@@ -297,6 +401,10 @@ SSR_LANES_INLINE void row_sums(const T* q, const T* vt, index_t n, index_t t0, T
 template <class T, int L, class Fused = lanes::FusedOwn>
 SSR_LANES_INLINE void scaled_in_lanes(const T* q, const T* v, const T* vt, index_t n, index_t count, T* row_sum,
                                       T* part, const T* next = nullptr) {
+#if defined(SSR_SHUFFLE_VECTOR)
+  if constexpr (L == 2 * tile)  // an even n up to 16 in registers: each tile read once
+    if (in_registers_for<T, L, 2 * tile, Fused>(q, v, vt, n, count, row_sum, part, next)) return;
+#endif
   constexpr index_t per_pair = 2 * tile / L;
   SSR_LANES(V, T, L);
   alignas(64) T inv[2 * CpuTuning::block_elements / CpuTuning::pad];  // 1 / r twice a tile
