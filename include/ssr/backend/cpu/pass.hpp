@@ -247,7 +247,7 @@ SSR_LANES_INLINE void row_reciprocals(V (&r01)[G][2 * tile / L], V (&r23)[G][2 *
       static_assert(L <= tile, "two columns in one vector need __builtin_shufflevector (widest caps L)");
 #endif
     }
-    std::memcpy(inv + 2 * g * tile, w, sizeof w);
+    std::memcpy(inv + 2 * tile * g, w, sizeof w);
   }
 }
 
@@ -313,7 +313,8 @@ SSR_LANES_INLINE void row_sums(const T* q, const T* vt, index_t n, index_t t0, T
 // folds as there.
 template <class T, int L, int P, int Pairs, class V>
 SSR_LANES_INLINE void fold_columns_from(V (&acc)[Pairs][1], const T* v, index_t j0, T* part) {
-  for (; j0 + 2 * P <= 2 * Pairs; j0 += 2 * P) {
+  constexpr index_t width = 2 * index_t{P}, columns = 2 * index_t{Pairs};
+  for (; j0 + width <= columns; j0 += width) {
     V some[P][1];
     SSR_UNROLL
     for (int c = 0; c < P; ++c) some[c][0] = acc[j0 / 2 + c][0];
@@ -341,11 +342,11 @@ SSR_LANES_INLINE void scaled_in_registers(const T* q, const T* v, const T* vt, i
     SSR_UNROLL
     for (int g = 0; g < G; ++g) {
       SSR_UNROLL
-      for (int p = 0; p < P; ++p) std::memcpy(&e[g][p], q + ((t0 + g) * N + 2 * p) * tile, sizeof(V));
+      for (int p = 0; p < P; ++p) std::memcpy(&e[g][p], q + ((t0 + g) * N + index_t{2} * p) * tile, sizeof(V));
     }
     if (next) {
       SSR_UNROLL
-      for (index_t c = 0; c < G * N * tile; c += line_elements) lanes::prefetch(next + t0 * N * tile + c);
+      for (index_t c = 0; c < index_t{G} * N * tile; c += line_elements) lanes::prefetch(next + t0 * N * tile + c);
     }
     V r01[G][1] = {}, r23[G][1] = {};
     SSR_UNROLL
@@ -365,7 +366,7 @@ SSR_LANES_INLINE void scaled_in_registers(const T* q, const T* v, const T* vt, i
       SSR_UNROLL
       for (int g = 0; g < G; ++g) Fused::apply(r01[g][0], e[g][P - 1], last, r01[g][0]);
     }
-    alignas(64) T inv[2 * G * tile];
+    alignas(64) T inv[2 * tile * G];
     row_reciprocals<T, L, G>(r01, r23, row_sum + t0 * tile, inv);
     V w[G];
     std::memcpy(w, inv, sizeof w);
