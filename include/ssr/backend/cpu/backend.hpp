@@ -90,7 +90,7 @@ class CpuBackend {
         check_finite(s, options);
       }
     }
-    if (!out.load.empty()) count_load(out.experts, out.load, buffers.counts);
+    if (!out.load.empty()) count_load(out.experts, out.load, buffers.counts, threads_for(m * n, spec.path));
     return info;
   }
 
@@ -165,7 +165,7 @@ class CpuBackend {
     T* lists;              // softmax by tiles: each group's top-k lists (Simd::topk_of_tiles), kept for its outputs
     std::uint8_t* listed;  // softmax by tiles: per group, whether its lists were taken
     typename cpu::Sinkhorn<T>::Buffers sinkhorn;
-    std::int32_t* counts;  // count_load's counters
+    std::int32_t* counts;  // count_load's counters, per thread
   };
 
   // count_load's counters an expert.
@@ -185,7 +185,7 @@ class CpuBackend {
         l.listed = c.take<std::uint8_t>(groups);
       }
     }
-    l.counts = c.take<std::int32_t>(static_cast<std::size_t>(load_copies * n));
+    l.counts = c.take<std::int32_t>(static_cast<std::size_t>(load_copies * n * nt));
     return l;
   }
 
@@ -328,9 +328,14 @@ class CpuBackend {
   // load[j]: how many chosen entries name expert j. Each of load_copies consecutive entries goes to its own
   // counter of the expert, the counters added at the end: one counter an expert made increments of the
   // same expert wait on each other's stores, and most tokens choose the same few experts (16% of a softmax
-  // top-k route at 24576 x 16 went to it). Experts with a row stride, or fewer entries than counters (a call
-  // without rows among them, which carved no counters): one counter an expert, load itself.
-  static void count_load(ConstMatrixView<std::int32_t> experts, VectorView<std::int32_t> load, std::int32_t* counts) {
+  // top-k route at 24576 x 16 went to it). On the route's `threads`, each over the groups of rows
+  // schedule(static) gave it there, whose experts it wrote and still holds in its cache (read by the
+  // calling thread alone, half of them crossed from the other core: a two-thread softmax top-k at 24576 x 8
+  // took as long as one thread), into counters of its own; integer sums, the same on any thread count.
+  // Experts with a row stride, or fewer entries than counters (a call without rows among them, which carved
+  // no counters): one counter an expert, load itself.
+  static void count_load(ConstMatrixView<std::int32_t> experts, VectorView<std::int32_t> load, std::int32_t* counts,
+                         int threads) {
     const index_t n = load.size, k = experts.cols, entries = experts.rows * k;
     if (experts.stride != k || entries < load_copies * n) {  // n >= 1 (validate.hpp)
       std::fill(load.data, load.data + n, 0);
@@ -338,15 +343,24 @@ class CpuBackend {
         for (index_t r = 0; r < k; ++r) ++load[experts(i, r)];
       return;
     }
-    std::fill(counts, counts + load_copies * n, 0);
+    constexpr index_t group_rows = cpu::Simd<T>::group_rows;
+    const index_t groups = (experts.rows + group_rows - 1) / group_rows, per_thread = load_copies * n;
     const std::int32_t* e = experts.data;
-    index_t x = 0;
-    for (; x + load_copies <= entries; x += load_copies)
-      for (index_t c = 0; c < load_copies; ++c) ++counts[c * n + e[x + c]];
-    for (; x < entries; ++x) ++counts[e[x]];
+    std::fill(counts, counts + per_thread * threads, 0);  // all of them: a team may have fewer threads
+    detail::parallel(threads, [&] {
+      std::int32_t* own = counts + per_thread * detail::thread_id();
+      SSR_OMP(for schedule(static))
+      for (index_t grp = 0; grp < groups; ++grp) {
+        const index_t end = std::min(entries, (grp + 1) * group_rows * k);
+        index_t x = grp * group_rows * k;
+        for (; x + load_copies <= end; x += load_copies)
+          for (index_t c = 0; c < load_copies; ++c) ++own[c * n + e[x + c]];
+        for (; x < end; ++x) ++own[e[x]];
+      }
+    });
     for (index_t j = 0; j < n; ++j) {
       std::int32_t sum = 0;
-      for (index_t c = 0; c < load_copies; ++c) sum += counts[c * n + j];
+      for (index_t c = 0; c < load_copies * threads; ++c) sum += counts[c * n + j];
       load[j] = sum;
     }
   }
