@@ -603,13 +603,15 @@ TEMPLATE_TEST_CASE(
   namespace pass = ssr::cpu::pass;
   std::mt19937 gen(3);
   std::uniform_real_distribution<double> u(0.0, 1.0);
-  Padded<TestType> vt(V::tile * 19);  // v spread over a tile's columns
-  Padded<TestType> q(5 * V::tile * 19), v(19), part(19), sum(5 * V::tile);
-  Padded<TestType> other_part(19), other_sum(5 * V::tile);  // the other widths and paths
-  Padded<TestType> ahead(5 * V::tile * 19);  // a next block, which the other widths and paths prefetch: not Q
-  std::fill(ahead.data, ahead.data + 5 * V::tile * 19, TestType(7));
-  // Every remainder of n mod 4, one pair or none, and every even n up to 16 (a tile's columns in registers).
-  for (index_t n : {1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 19}) {
+  constexpr index_t most = 34;          // columns
+  Padded<TestType> vt(V::tile * most);  // v spread over a tile's columns
+  Padded<TestType> q(5 * V::tile * most), v(most), part(most), sum(5 * V::tile);
+  Padded<TestType> other_part(most), other_sum(5 * V::tile);  // the other widths and paths
+  Padded<TestType> ahead(5 * V::tile * most);  // a next block, which the other widths and paths prefetch: not Q
+  std::fill(ahead.data, ahead.data + 5 * V::tile * most, TestType(7));
+  // Every remainder of n mod 4, one pair or none, every even n up to 16 (two tiles' columns in registers),
+  // and up to 32 (one tile's), and beyond.
+  for (index_t n : {1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 19, 20, 22, 24, 30, 32, 34}) {
     for (index_t m : {1, 8, 13, 37}) {
       const index_t tiles = (m + V::tile - 1) / V::tile;
       std::vector<TestType> dense(static_cast<std::size_t>(m * n));  // the same Q by rows

@@ -12,8 +12,8 @@
 // v_j * sum_i Q_ij / r_i: one product a column, not one an element. First each tile's r and 1 / r (two
 // tiles at a time, sharing the loads of vt), then the column sums several columns at a time over every
 // tile, in registers, reading the block a second time from the nearest cache. A vector holds whole columns
-// of a tile, or two adjacent ones (16 floats with AVX-512); in the latter, an even n up to 16 puts two
-// tiles' columns in registers, read once for both sums (an iteration at n = 8 and 16 1.2-1.5 times as
+// of a tile, or two adjacent ones (16 floats with AVX-512); in the latter, an even n up to 32 puts a
+// tile's columns in registers (two tiles' up to 16), read once for both sums (an iteration 1.1-1.5 times as
 // fast as with the two reads). The order is fixed: r adds Q_ij v_j over the columns j = 0, 1, 2, 3 (mod 4)
 // in four sums, then (0 + 2) + (1 + 3); each lane of a column sum adds its rows' Q_ij (1 / r_i) in order,
 // then the 8 lanes fold in halves: lane l + lane l + 4, then + 2, then + 1, and the sum is multiplied by
@@ -323,15 +323,16 @@ SSR_LANES_INLINE void fold_columns_from(V (&acc)[Pairs][1], const T* v, index_t 
   if constexpr (P > 1) fold_columns_from<T, L, P / 2>(acc, v, j0, part);
 }
 
-// The pass over `count` tiles of N columns (N even, at most 16) in vectors of two columns (L = 2 * tile):
-// each tile's N / 2 vectors are read once, into registers, two tiles at a time, for their row sums
+// The pass over `count` tiles of N columns (N even, at most 32) in vectors of two columns (L = 2 * tile):
+// each tile's N / 2 vectors are read once, into registers, two tiles at a time up to N = 16 (one at a
+// time beyond: a tile's 16 vectors and its 16 column sums fill AVX-512's registers), for their row sums
 // (row_sums' order, row_reciprocals) and then, with 1 / r, into the column sums (column_sums' order: tile
 // after tile, folded as there), the same bits as reading them twice. Where next is not null, the same
 // lines of the next block are prefetched as these are read (see scaled_in_lanes).
 template <class T, int L, int N, class Fused>
 SSR_LANES_INLINE void scaled_in_registers(const T* q, const T* v, const T* vt, index_t count, T* row_sum, T* part,
                                           const T* next) {
-  static_assert(L == 2 * tile && N % 2 == 0 && N <= 2 * tile, "two columns a vector, N even");
+  static_assert(L == 2 * tile && N % 2 == 0 && N <= 4 * tile, "two columns a vector, N even");
   SSR_LANES(V, T, L);
   constexpr int P = N / 2;  // vectors a tile
   constexpr index_t line_elements = 64 / sizeof(T);
@@ -377,8 +378,9 @@ SSR_LANES_INLINE void scaled_in_registers(const T* q, const T* v, const T* vt, i
     }
   };
   index_t tl = 0;
-  for (; tl + 2 <= count; tl += 2) tiles(tl, std::integral_constant<int, 2>{});
-  if (tl < count) tiles(tl, std::integral_constant<int, 1>{});
+  if constexpr (N <= 2 * tile)
+    for (; tl + 2 <= count; tl += 2) tiles(tl, std::integral_constant<int, 2>{});
+  for (; tl < count; ++tl) tiles(tl, std::integral_constant<int, 1>{});
   constexpr int first = P >= 8 ? 8 : P >= 4 ? 4 : P >= 2 ? 2 : 1;  // column_sums_from's first call that folds
   fold_columns_from<T, L, first>(acc, v, 0, part);
 }
@@ -403,8 +405,8 @@ template <class T, int L, class Fused = lanes::FusedOwn>
 SSR_LANES_INLINE void scaled_in_lanes(const T* q, const T* v, const T* vt, index_t n, index_t count, T* row_sum,
                                       T* part, const T* next = nullptr) {
 #if defined(SSR_SHUFFLE_VECTOR)
-  if constexpr (L == 2 * tile)  // an even n up to 16 in registers: each tile read once
-    if (in_registers_for<T, L, 2 * tile, Fused>(q, v, vt, n, count, row_sum, part, next)) return;
+  if constexpr (L == 2 * tile)  // an even n up to 32 in registers: each tile read once
+    if (in_registers_for<T, L, 4 * tile, Fused>(q, v, vt, n, count, row_sum, part, next)) return;
 #endif
   constexpr index_t per_pair = 2 * tile / L;
   SSR_LANES(V, T, L);
