@@ -189,15 +189,12 @@ SSR_LANES_INLINE void column_sums(const T* q, const T* v, index_t n, index_t cou
   fold_columns<T, L, P>(acc, v, j0, part);
 }
 
-// The column sums from column j0 on, 2P columns a call while they last, then fewer (j0 ends at the last
-// column of an odd n, or at n). P pairs of per_pair vectors keep up to eight sums in flight: fewer would
-// leave the adds waiting on each other's latency. The order of each column's sum does not depend on P.
-template <class T, int L, int P, class Fused>
-SSR_LANES_INLINE void column_sums_from(const T* q, const T* v, index_t n, index_t count, const T* inv, index_t& j0,
-                                       T* part, const T* next) {
-  constexpr index_t width = 2 * index_t{P};  // columns a call
-  for (; j0 + width <= n; j0 += width) column_sums<T, L, P, Fused>(q, v, n, count, inv, j0, part, next);
-  if constexpr (P > 1) column_sums_from<T, L, P / 2, Fused>(q, v, n, count, inv, j0, part, next);
+// f(std::integral_constant<int, P>{}, j0) for the columns from j0 on, 2P a call while they last, then fewer
+// (P halves down to 1): j0 ends at the last column of an odd n, or at n.
+template <int P, class F>
+SSR_LANES_INLINE void by_pairs(index_t n, index_t& j0, const F& f) {
+  for (; j0 + 2 * index_t{P} <= n; j0 += 2 * index_t{P}) f(std::integral_constant<int, P>{}, j0);
+  if constexpr (P > 1) by_pairs<P / 2>(n, j0, f);
 }
 
 // r = (0 + 2) + (1 + 3) for G tiles from their sums r01 (columns 0 and 1 mod 4) and r23 (2 and 3), in
@@ -251,13 +248,15 @@ SSR_LANES_INLINE void row_reciprocals(V (&r01)[G][2 * tile / L], V (&r23)[G][2 *
   }
 }
 
-// r and 1 / r for the G tiles from tile t0 (see the top of this file), in vectors of L lanes: the tiles share
-// each load of vt. inv gets each tile's 1 / r twice, so that it multiplies two columns at once.
-template <class T, int L, int G, class Fused>
-SSR_LANES_INLINE void row_sums(const T* q, const T* vt, index_t n, index_t t0, T* row_sum, T* inv) {
+// The row sums' products for G tiles in the pass's order (see the top of this file), in vectors of L lanes:
+// columns 0 and 1 (mod 4) into r01, 2 and 3 into r23, a last pair into r01, and the last column of an odd
+// n by its place; the tiles share each load of vt. pair(g, j, h, e) sets e to vector h of columns j and
+// j + 1 (j even) of tile g; last(g, j, e) puts column j of tile g in the first tile lanes of e (2 * tile / L
+// vectors, zeros after: they add nothing).
+template <class T, int L, int G, class Fused, class V, class Pair, class Last>
+SSR_LANES_INLINE void row_products(const T* vt, index_t n, V (&r01)[G][2 * tile / L], V (&r23)[G][2 * tile / L],
+                                   const Pair& pair, const Last& last) {
   constexpr index_t per_pair = 2 * tile / L;
-  SSR_LANES(V, T, L);
-  V r01[G][per_pair] = {}, r23[G][per_pair] = {};  // the sums of columns 0 and 1 (mod 4), and of 2 and 3
   index_t j = 0;
   for (; j + 4 <= n; j += 4) {
     SSR_UNROLL
@@ -267,10 +266,9 @@ SSR_LANES_INLINE void row_sums(const T* q, const T* vt, index_t n, index_t t0, T
       std::memcpy(&v23, vt + (j + 2) * tile + h * L, sizeof(V));
       SSR_UNROLL
       for (int g = 0; g < G; ++g) {
-        const T* x = q + (t0 + g) * n * tile;
         V e01, e23;
-        std::memcpy(&e01, x + j * tile + h * L, sizeof(V));
-        std::memcpy(&e23, x + (j + 2) * tile + h * L, sizeof(V));
+        pair(g, j, h, e01);
+        pair(g, j + 2, h, e23);
         Fused::apply(r01[g][h], e01, v01, r01[g][h]);
         Fused::apply(r23[g][h], e23, v23, r23[g][h]);
       }
@@ -284,18 +282,18 @@ SSR_LANES_INLINE void row_sums(const T* q, const T* vt, index_t n, index_t t0, T
       SSR_UNROLL
       for (int g = 0; g < G; ++g) {
         V e;
-        std::memcpy(&e, q + ((t0 + g) * n + j) * tile + h * L, sizeof e);
+        pair(g, j, h, e);
         Fused::apply(r01[g][h], e, v, r01[g][h]);
       }
     }
     j += 2;
   }
-  if (j < n) {  // the last column of an odd n, in the first tile lanes (zeros after: they add nothing)
+  if (j < n) {
     const V vj = V{} + vt[j * tile];
     SSR_UNROLL
     for (int g = 0; g < G; ++g) {
       V e[per_pair] = {};
-      std::memcpy(e, q + ((t0 + g) * n + j) * tile, tile * sizeof(T));
+      last(g, j, e);
       SSR_UNROLL
       for (index_t h = 0; h < per_pair; ++h) {
         if (j % 4 == 0)
@@ -305,28 +303,28 @@ SSR_LANES_INLINE void row_sums(const T* q, const T* vt, index_t n, index_t t0, T
       }
     }
   }
-  row_reciprocals<T, L, G>(r01, r23, row_sum + t0 * tile, inv + 2 * t0 * tile);
 }
 
-// fold_columns over the column pairs of acc from pair j0 / 2 on, in calls of P pairs (a power of two)
-// while they last, then fewer: the calls column_sums_from makes for 2 * Pairs columns, so that each column
-// folds as there.
-template <class T, int L, int P, int Pairs, class V>
-SSR_LANES_INLINE void fold_columns_from(V (&acc)[Pairs][1], const T* v, index_t j0, T* part) {
-  constexpr index_t width = 2 * index_t{P}, columns = 2 * index_t{Pairs};
-  for (; j0 + width <= columns; j0 += width) {
-    V some[P][1];
-    SSR_UNROLL
-    for (int c = 0; c < P; ++c) some[c][0] = acc[j0 / 2 + c][0];
-    fold_columns<T, L, P>(some, v, j0, part);
-  }
-  if constexpr (P > 1) fold_columns_from<T, L, P / 2>(acc, v, j0, part);
+// r and 1 / r for the G tiles from tile t0 (see the top of this file), in vectors of L lanes, read from q.
+// inv gets each tile's 1 / r twice, so that it multiplies two columns at once.
+template <class T, int L, int G, class Fused>
+SSR_LANES_INLINE void row_sums(const T* q, const T* vt, index_t n, index_t t0, T* row_sum, T* inv) {
+  constexpr index_t per_pair = 2 * tile / L;
+  SSR_LANES(V, T, L);
+  V r01[G][per_pair] = {}, r23[G][per_pair] = {};
+  row_products<T, L, G, Fused>(
+      vt, n, r01, r23,
+      [&](int g, index_t j, index_t h, V& e)
+          SSR_LANES_ALWAYS_INLINE { std::memcpy(&e, q + ((t0 + g) * n + j) * tile + h * L, sizeof e); },
+      [&](int g, index_t j, V* e)
+          SSR_LANES_ALWAYS_INLINE { std::memcpy(e, q + ((t0 + g) * n + j) * tile, tile * sizeof(T)); });
+  row_reciprocals<T, L, G>(r01, r23, row_sum + t0 * tile, inv + 2 * t0 * tile);
 }
 
 // The pass over `count` tiles of N columns (N even, at most 32) in vectors of two columns (L = 2 * tile):
 // each tile's N / 2 vectors are read once, into registers, two tiles at a time up to N = 16 (one at a
 // time beyond: a tile's 16 vectors and its 16 column sums fill AVX-512's registers), for their row sums
-// (row_sums' order, row_reciprocals) and then, with 1 / r, into the column sums (column_sums' order: tile
+// (row_products, row_reciprocals) and then, with 1 / r, into the column sums (column_sums' order: tile
 // after tile, folded as there), the same bits as reading them twice. Where next is not null, the same
 // lines of the next block are prefetched as these are read (see scaled_in_lanes).
 template <class T, int L, int N, class Fused>
@@ -350,23 +348,9 @@ SSR_LANES_INLINE void scaled_in_registers(const T* q, const T* v, const T* vt, i
       for (index_t c = 0; c < index_t{G} * N * tile; c += line_elements) lanes::prefetch(next + t0 * N * tile + c);
     }
     V r01[G][1] = {}, r23[G][1] = {};
-    SSR_UNROLL
-    for (int j = 0; j + 4 <= N; j += 4) {
-      V v01, v23;
-      std::memcpy(&v01, vt + j * tile, sizeof(V));
-      std::memcpy(&v23, vt + (j + 2) * tile, sizeof(V));
-      SSR_UNROLL
-      for (int g = 0; g < G; ++g) {
-        Fused::apply(r01[g][0], e[g][j / 2], v01, r01[g][0]);
-        Fused::apply(r23[g][0], e[g][j / 2 + 1], v23, r23[g][0]);
-      }
-    }
-    if constexpr (N % 4 == 2) {
-      V last;
-      std::memcpy(&last, vt + (N - 2) * tile, sizeof last);
-      SSR_UNROLL
-      for (int g = 0; g < G; ++g) Fused::apply(r01[g][0], e[g][P - 1], last, r01[g][0]);
-    }
+    row_products<T, L, G, Fused>(
+        vt, N, r01, r23, [&](int g, index_t j, index_t, V& x) SSR_LANES_ALWAYS_INLINE { x = e[g][j / 2]; },
+        [](int, index_t, V*) {});  // N is even
     alignas(64) T inv[2 * tile * G];
     row_reciprocals<T, L, G>(r01, r23, row_sum + t0 * tile, inv);
     V w[G];
@@ -381,8 +365,14 @@ SSR_LANES_INLINE void scaled_in_registers(const T* q, const T* v, const T* vt, i
   if constexpr (N <= 2 * tile)
     for (; tl + 2 <= count; tl += 2) tiles(tl, std::integral_constant<int, 2>{});
   for (; tl < count; ++tl) tiles(tl, std::integral_constant<int, 1>{});
-  constexpr int first = P >= 8 ? 8 : P >= 4 ? 4 : P >= 2 ? 2 : 1;  // column_sums_from's first call that folds
-  fold_columns_from<T, L, first>(acc, v, 0, part);
+  index_t j0 = 0;  // the columns folded 16 at a time, then fewer (fold_columns' fastest form first)
+  by_pairs<8>(N, j0, [&](auto pairs, index_t from) SSR_LANES_ALWAYS_INLINE {
+    constexpr int G = decltype(pairs)::value;
+    V some[G][1];
+    SSR_UNROLL
+    for (int c = 0; c < G; ++c) some[c][0] = acc[from / 2 + c][0];
+    fold_columns<T, L, G>(some, v, from, part);
+  });
 }
 
 // scaled_in_registers where n is one of N, N - 2, ..., 2 (N even); false, having done nothing, elsewhere.
@@ -414,9 +404,14 @@ SSR_LANES_INLINE void scaled_in_lanes(const T* q, const T* v, const T* vt, index
   index_t tl = 0;
   for (; tl + 2 <= count; tl += 2) row_sums<T, L, 2, Fused>(q, vt, n, tl, row_sum, inv);
   if (tl < count) row_sums<T, L, 1, Fused>(q, vt, n, tl, row_sum, inv);
+  // The column sums, P pairs of per_pair vectors at a time while they last (up to eight sums in flight:
+  // fewer would leave the adds waiting on each other's latency), then fewer; the order of each column's sum
+  // does not depend on P.
   index_t j0 = 0;
-  column_sums_from<T, L, (per_pair >= 8 ? 1 : static_cast<int>(8 / per_pair)), Fused>(q, v, n, count, inv, j0, part,
-                                                                                      next);
+  by_pairs<(per_pair >= 8 ? 1 : static_cast<int>(8 / per_pair))>(
+      n, j0, [&](auto pairs, index_t from) SSR_LANES_ALWAYS_INLINE {
+        column_sums<T, L, decltype(pairs)::value, Fused>(q, v, n, count, inv, from, part, next);
+      });
   if (j0 < n) {  // the last column of an odd n, in the first tile lanes of a pair (zeros after)
     V acc[per_pair] = {};
     for (index_t t = 0; t < count; ++t) {
