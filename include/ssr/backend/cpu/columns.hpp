@@ -52,6 +52,15 @@ SSR_LANES_INLINE void note_finite(Seen& seen, const V& x) {
   seen |= bits;
 }
 
+// The rows of the tile from row i0 of s (a last, partial tile repeats its last row), one add each: as
+// products the compiler made them 64-bit vector multiplies and lane extractions, a tile's longest chain.
+template <class T>
+SSR_LANES_INLINE void tile_rows(const T* s, index_t stride, index_t i0, index_t rows, const T* (&row)[tile]) {
+  const index_t last = std::min(tile, rows - i0) - 1;  // the tile's last real row
+  row[0] = s + i0 * stride;
+  for (index_t q = 1; q < tile; ++q) row[q] = q <= last ? row[q - 1] + stride : row[q - 1];
+}
+
 // One tile from the rows at row[0..tile) (n columns, from column `from` on) into x by columns, in vectors of
 // L lanes. Where Top, also the maximum of each row over those columns, into top (a tile's column: tile / L
 // vectors): the maximum of finite values, which no order changes; else whether each value is finite, into
@@ -288,7 +297,7 @@ SSR_LANES_INLINE bool tiles_in_lanes(const T* s, index_t stride, index_t rows, i
   Bits seen{};                   // note_finite of the values copied, where no kernel
   for (index_t i0 = 0; i0 < rows; i0 += tile, x += n * tile) {
     const T* row[tile];
-    for (index_t q = 0; q < tile; ++q) row[q] = s + (i0 + std::min(q, rows - 1 - i0)) * stride;
+    tile_rows(s, stride, i0, rows, row);
     alignas(64) T top[tile];
     copy_tile<T, L, Kernel>(row, n, x, top, seen);
     if constexpr (Kernel) kernel_of_tile<T, L, E>(x, n, top, scale, bound, cost, non_finite);
@@ -327,7 +336,7 @@ SSR_LANES_INLINE bool tiles_two_columns(const float* s, index_t stride, index_t 
   VBits seen_last{};                  // the same, of the columns copy_tile takes
   for (index_t i0 = 0; i0 < rows; i0 += tile, x += n * tile) {
     const float* row[tile];
-    for (index_t q = 0; q < tile; ++q) row[q] = s + (i0 + std::min(q, rows - 1 - i0)) * stride;
+    tile_rows(s, stride, i0, rows, row);
     W best = W{} - std::numeric_limits<float>::infinity();  // lanes 0-7 over even columns, 8-15 odd
     index_t j0 = 0;
     for (; j0 + 2 * tile <= n; j0 += 2 * tile) {
