@@ -621,7 +621,10 @@ TEMPLATE_TEST_CASE(
           q.data[V::at_tile(i, j, n)] = dense[static_cast<std::size_t>(i * n + j)] = static_cast<TestType>(u(gen));
       for (index_t j = 0; j < n; ++j) v.data[j] = static_cast<TestType>(0.1 + u(gen) * 3);
       V::spread(v.data, n, vt.data);
-      V::pass_tiles(q.data, v.data, vt.data, n, tiles, sum.data, part.data);
+      {
+        const ssr::cpu::lanes::FlushSubnormals flush;
+        V::pass_tiles(flush, q.data, v.data, vt.data, n, tiles, sum.data, part.data);
+      }
       INFO("n " << n << " m " << m);
       for (index_t i = 0; i < m; ++i) {  // r_i = sum_j Q_ij v_j: columns j mod 4 apart, each product fused into
         TestType r[4] = {0, 0, 0, 0};    // its sum, then (0 + 2) + (1 + 3)

@@ -443,13 +443,17 @@ SSR_TARGET_AVX512_FMA void scaled_avx512(const T* q, const T* v, const T* vt, in
 #endif
 
 // The pass (see the top of this file) on the widest path this processor runs, with subnormals read and
-// written as zeros (lanes::FlushSubnormals; at small xi many Q_ij v_j are subnormal, and each operation on
-// one took a microcode assist). A flushed value is below half an ulp of any row sum (at least
-// exp(-absorb_bound)) and of any column sum the solver keeps (a smaller one takes the log-domain update),
-// so it can move a sum only through a rounding tie met on the way (docs/numerics.md).
+// written as zeros: the caller holds a lanes::FlushSubnormals scope (`flushed`) around it, and around
+// nothing else that must keep its subnormals; at small xi many Q_ij v_j are subnormal, and each operation
+// on one took a microcode assist. The scope is the caller's so that a walk over many blocks sets and
+// restores the control register once, not once a block (that took 5% of a converged route at the paper's
+// shape). A flushed value is below half an ulp of any row sum (at least exp(-absorb_bound)) and of any
+// column sum the solver keeps (a smaller one takes the log-domain update), so it can move a sum only
+// through a rounding tie met on the way (docs/numerics.md).
 template <class T>
-inline void scaled(const T* q, const T* v, const T* vt, index_t n, index_t count, T* row_sum, T* part, const T* next) {
-  const lanes::FlushSubnormals flush;
+inline void scaled(const lanes::FlushSubnormals& flushed, const T* q, const T* v, const T* vt, index_t n, index_t count,
+                   T* row_sum, T* part, const T* next) {
+  static_cast<void>(flushed);
 #if defined(SSR_DISPATCH_AVX512)
   if (lanes::has_avx512()) return scaled_avx512(q, v, vt, n, count, row_sum, part, next);
 #endif

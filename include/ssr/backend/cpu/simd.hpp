@@ -476,11 +476,12 @@ struct Simd {
     for (index_t j = 0; j < n; ++j) At<Column>(vt + j * tile).setConstant(v[j]);
   }
 
-  // One scaled pass over `count` tiles of Q by columns, v and v spread (vt): pass::scaled (pass.hpp).
-  static void pass_tiles(const T* q, const T* v, const T* vt, index_t n, index_t count, T* row_sum, T* part,
-                         const T* next = nullptr) {
+  // One scaled pass over `count` tiles of Q by columns, v and v spread (vt), inside the caller's scope that
+  // flushes subnormals: pass::scaled (pass.hpp).
+  static void pass_tiles(const lanes::FlushSubnormals& flushed, const T* q, const T* v, const T* vt, index_t n,
+                         index_t count, T* row_sum, T* part, const T* next = nullptr) {
     static_assert(pass::tile == tile, "one tile");
-    pass::scaled(q, v, vt, n, count, row_sum, part, next);
+    pass::scaled(flushed, q, v, vt, n, count, row_sum, part, next);
   }
 
   // Row i of a matrix in tiles into a padded row (np elements; padding `pad`), times v where v is not null.

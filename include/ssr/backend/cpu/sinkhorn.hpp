@@ -29,6 +29,7 @@
 #include <limits>
 #include <utility>
 
+#include "ssr/backend/cpu/lanes.hpp"
 #include "ssr/backend/cpu/noise.hpp"
 #include "ssr/backend/cpu/simd.hpp"
 #include "ssr/backend/cpu/tuning.hpp"
@@ -161,16 +162,17 @@ class Sinkhorn {
         return V::topk_tiles_weights(Weights::plan, q + grp * V::group * size, n, v, spec.k, rows, experts,
                                      plan_weights ? weights : MatrixView<T>{}, tiny, b.below + grp);
       };
-      // One pass over the tiles of block blk, into the block's column sums; the pass reads block `ahead` (the
-      // one after it, where not -1 and as long) meanwhile.
-      const auto pass = [&](index_t blk, index_t ahead) {
+      // One pass over the tiles of block blk, into the block's column sums, inside the caller's scope that
+      // flushes subnormals; the pass reads block `ahead` (the one after it, where not -1 and as long)
+      // meanwhile.
+      const auto pass = [&](const lanes::FlushSubnormals& flushed, index_t blk, index_t ahead) {
         const auto [t0, t1] = block_tiles(blk);
         const T* next = nullptr;
         if (ahead >= 0) {
           const auto [a0, a1] = block_tiles(ahead);
           if (a1 - a0 >= t1 - t0) next = q + a0 * size;
         }
-        V::pass_tiles(q + t0 * size, v, b.vt, n, t1 - t0, row_sum + t0 * tile, partial + blk * n, next);
+        V::pass_tiles(flushed, q + t0 * size, v, b.vt, n, t1 - t0, row_sum + t0 * tile, partial + blk * n, next);
       };
       // Each thread takes the same blocks in every pass; where its share is small enough
       // (CpuTuning::alternate_max_bytes) it walks them forward and backward in turn, so that a pass starts on
@@ -187,17 +189,31 @@ class Sinkhorn {
       const index_t first_own_group = (own_t0 + V::group - 1) / V::group;
       const std::pair<index_t, index_t> own_groups(
           first_own_group, std::max(first_own_group, own_t1 == tiles ? groups : own_t1 / V::group));
+      // Subnormals are flushed once for the whole walk, but for each block alone where the walk takes top-ks
+      // between the blocks (those keep their subnormals).
       const auto pass_own = [&] {
-        index_t g0 = own_groups.first, g1 = own_groups.second;  // the groups not yet taken
-        for (index_t i = 0; i < own.second - own.first; ++i) {
+        const index_t count = own.second - own.first;
+        const auto pass_at = [&](const lanes::FlushSubnormals& flushed, index_t i) {  // the walk's i-th block
           const index_t blk = backward ? own.second - 1 - i : own.first + i, ahead = backward ? blk - 1 : blk + 1;
-          pass(blk, ahead >= own.first && ahead < own.second ? ahead : -1);
-          if (!speculate) continue;
-          const auto [t0, t1] = block_tiles(blk);  // the pass has gone over [own_t0, t1) or [t0, own_t1)
-          if (!backward)
-            for (; g0 < g1 && std::min(tiles, (g0 + 1) * V::group) <= t1; ++g0) b.taken[g0] = group_by_tiles(g0);
-          else
-            for (; g1 > g0 && (g1 - 1) * V::group >= t0; --g1) b.taken[g1 - 1] = group_by_tiles(g1 - 1);
+          pass(flushed, blk, ahead >= own.first && ahead < own.second ? ahead : -1);
+          return blk;
+        };
+        if (!speculate) {
+          const lanes::FlushSubnormals flush;
+          for (index_t i = 0; i < count; ++i) pass_at(flush, i);
+        } else {
+          index_t g0 = own_groups.first, g1 = own_groups.second;  // the groups not yet taken
+          for (index_t i = 0; i < count; ++i) {
+            const index_t blk = [&] {
+              const lanes::FlushSubnormals flush;
+              return pass_at(flush, i);
+            }();
+            const auto [t0, t1] = block_tiles(blk);  // the pass has gone over [own_t0, t1) or [t0, own_t1)
+            if (!backward)
+              for (; g0 < g1 && std::min(tiles, (g0 + 1) * V::group) <= t1; ++g0) b.taken[g0] = group_by_tiles(g0);
+            else
+              for (; g1 > g0 && (g1 - 1) * V::group >= t0; --g1) b.taken[g1 - 1] = group_by_tiles(g1 - 1);
+          }
         }
         backward = alternate && !backward;
       };
@@ -228,7 +244,8 @@ class Sinkhorn {
         V::exp_row(k, q + t0 * size, (t1 - t0) * size);
         if (t1 == tiles) V::fill_lanes(q + (tiles - 1) * size, n, last_rows, T(0));
         std::fill(row_top + t0 * tile, row_top + t1 * tile, T(0));
-        pass(blk, -1);  // the next block is not written yet
+        const lanes::FlushSubnormals flush;  // for the pass alone: the kernel and exp keep their subnormals
+        pass(flush, blk, -1);                // the next block is not written yet
       }
       if (check && !finite) {
         SSR_OMP(atomic write)
