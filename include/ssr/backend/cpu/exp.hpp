@@ -3,9 +3,10 @@
 // processor that has them.
 //
 // The formula: x clamped to [-88, 88] (NaN read as -88, so no conversion is undefined), Cody-Waite
-// reduction to r in [-ln2/2, ln2/2] and a degree-7 polynomial (relative error below 1e-7), 2^k put in the
-// exponent bits; inputs below -88 (-inf included) give 0 or the subnormals just above it, never NaN. The
-// reduction and the polynomial's steps are fused multiply-adds (rounded once): half the operations where
+// reduction to r in [-ln2/2, ln2/2] and a degree-7 polynomial (relative error below 1e-7) for exp(r) - 1,
+// 2^k put in the exponent bits, and (exp(r) - 1) 2^k + 2^k rounded once (a subnormal result too); inputs
+// below -88 (-inf included) give 0 or the subnormals just above it, never NaN. The reduction, the
+// polynomial's steps and the scaling are fused multiply-adds (rounded once): half the operations where
 // the processor fuses them, and the same bits where it does not (std::fma, exact, a lane at a time: a
 // baseline build's own 4-lane code is then several times slower, which only processors without AVX2 and
 // FMA run). Lanes are GNU vectors (lanes.hpp) of 4, 8 or 16 floats, the same bits in every width, path
@@ -71,16 +72,15 @@ SSR_LANES_INLINE void exp_lanes(const float* in, float* out) {
   lanes::FusedOwn::apply(y, y, r, c1);
   lanes::FusedOwn::apply(y, y, r, c0);
   const F yr = y * r;
-  F p;
+  F p;  // exp(r) - 1
   lanes::FusedOwn::apply(p, yr, r, r);
-  p += 1.0f;
   // 2^k for whole k in [-127, 127]: k + 127 in the exponent bits (0 for k = -127).
   I bits;
   std::memcpy(&bits, &shifted, sizeof bits);
   bits = (bits - (0x4b400000 - 127)) << 23;
-  F two_k;
+  F two_k, result;
   std::memcpy(&two_k, &bits, sizeof two_k);
-  const F result = p * two_k;
+  lanes::FusedOwn::apply(result, p, two_k, two_k);  // (p + 1) 2^k rounded once
   std::memcpy(out, &result, sizeof result);
 }
 
