@@ -145,6 +145,13 @@ SSR_LANES_INLINE void copy_tile(const T* const* row, index_t n, T* x, T* top, Se
   if constexpr (Top) std::memcpy(top, best, sizeof best);
 }
 
+// The float kernel of the values e, from their rows' maxima t: e = max((e - t) * scale, least).
+template <class V, class T>
+SSR_LANES_INLINE void kernel_step(V& e, const V& t, T scale, const V& least) {
+  e = (e - t) * scale;
+  e = e < least ? least : e;  // std::max(e, -bound)
+}
+
 // The float kernel in place over `count` values of a tile by columns at x (a whole number of steps), in
 // vectors of L lanes (L divides a tile's column, or is two columns), from the maximum of each of the tile's
 // rows (top, a tile's column): K_ij = max((S_ij - max_j S_ij) * scale, -bound). Lanes that met a
@@ -173,8 +180,7 @@ SSR_LANES_INLINE void kernel_over_tile(T* x, index_t count, const T* top, T scal
       V e;
       std::memcpy(&e, x + c + h * L, sizeof e);
       non_finite |= (e - e) != V{};  // NOLINT(misc-redundant-expression): an or, no chain of latencies
-      e = (e - t[h]) * scale;
-      e = e < least ? least : e;  // std::max(e, -bound)
+      kernel_step(e, t[h], scale, least);
       std::memcpy(x + c + h * L, &e, sizeof e);
     }
   }
@@ -320,8 +326,9 @@ SSR_TARGET_AVX2_FMA bool tiles_avx2(const T* s, index_t stride, index_t rows, in
 // (first the column): rows q and q + 4 exchange lane bit 3, then q and q + 2 lane bit 2, then q and q + 1
 // lane bit 1, the last exchange also putting each column's rows together (each step a shuffle of two
 // vectors); then 8 columns at a time, two rows a vector, in two exchanges. The last n % 8 columns go as
-// tiles_in_lanes takes them, and the kernel (kernel_over_tile, softmax_of_tile) two columns a vector; the
-// same operations on each element, so the same bits. Compiled for AVX-512 (tiles_avx512, or a build for a
+// tiles_in_lanes takes them, and the kernel (kernel_over_tile, softmax_of_tile) two columns a vector, on
+// the tile's vectors still in registers where n = 16; the same operations on each element, so the same
+// bits. Compiled for AVX-512 (tiles_avx512, or a build for a
 // processor with it; the exps in vectors of E floats).
 template <bool Kernel, int E = own_exp_lanes(2 * tile)>
 SSR_LANES_INLINE bool tiles_two_columns(const float* s, index_t stride, index_t rows, index_t n, float scale,
@@ -332,46 +339,89 @@ SSR_LANES_INLINE bool tiles_two_columns(const float* s, index_t stride, index_t 
   SSR_LANES(VBits, std::uint32_t, 8);
   auto non_finite = W{} != W{};
   auto non_finite_last = V{} != V{};  // an odd n's last column
-  WBits seen{};                       // note_finite of the values copied, where no kernel
+  WBits seen{};                       // note_finite of the values copied, where no kernel or where n = 16 (below)
   VBits seen_last{};                  // the same, of the columns copy_tile takes
+  // Columns j0 to j0 + 16 of the tile's rows into b, two columns a vector, in the three exchanges above.
+  const auto sixteen_columns = [&](const float* const* row, index_t j0, W(&b)[tile]) SSR_LANES_ALWAYS_INLINE {
+    W a[tile];
+    SSR_UNROLL
+    for (index_t q = 0; q < tile; ++q) std::memcpy(&a[q], row[q] + j0, sizeof(W));
+    if (!Kernel || n == 2 * tile) {  // else the kernel looks at its values
+      SSR_UNROLL
+      for (const W& values : a) note_finite(seen, values);
+    }
+    SSR_UNROLL
+    for (int v = 0; v < 4; ++v) {
+      b[v] = __builtin_shufflevector(a[v], a[v + 4], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+      b[v + 4] = __builtin_shufflevector(a[v], a[v + 4], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    }
+    SSR_UNROLL
+    for (int v : {0, 1, 4, 5}) {
+      a[v] = __builtin_shufflevector(b[v], b[v + 2], 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+      a[v + 2] = __builtin_shufflevector(b[v], b[v + 2], 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+    }
+    SSR_UNROLL
+    for (int v = 0; v < tile; v += 2) {
+      b[v] = __builtin_shufflevector(a[v], a[v + 1], 0, 16, 4, 20, 8, 24, 12, 28, 1, 17, 5, 21, 9, 25, 13, 29);
+      b[v + 1] = __builtin_shufflevector(a[v], a[v + 1], 2, 18, 6, 22, 10, 26, 14, 30, 3, 19, 7, 23, 11, 27, 15, 31);
+    }
+  };
+  // The maximum of each lane over b's vectors, in a tree (std::max), into top (no vector is returned: see
+  // lanes.hpp).
+  const auto lane_maxima = [](const W(&b)[tile], W& top) SSR_LANES_ALWAYS_INLINE {
+    W m[tile];
+    SSR_UNROLL
+    for (index_t p = 0; p < tile; ++p) m[p] = b[p];
+    SSR_UNROLL
+    for (index_t d = 1; d < tile; d *= 2) {
+      SSR_UNROLL
+      for (index_t p = 0; p + d < tile; p += 2 * d) m[p] = m[p] < m[p + d] ? m[p + d] : m[p];
+    }
+    top = m[0];
+  };
+  // The maxima of the even columns' lanes (0-7) and the odd ones' (8-15) joined into a tile's column.
+  const auto join_halves = [](const W& best, V& column) SSR_LANES_ALWAYS_INLINE {
+    const V even = __builtin_shufflevector(best, best, 0, 1, 2, 3, 4, 5, 6, 7),
+            odd = __builtin_shufflevector(best, best, 8, 9, 10, 11, 12, 13, 14, 15);
+    column = even < odd ? odd : even;
+  };
   for (index_t i0 = 0; i0 < rows; i0 += tile, x += n * tile) {
     const float* row[tile];
     tile_rows(s, stride, i0, rows, row);
+    if constexpr (Kernel) {
+      // One block of 16 columns: kept in registers for the kernel, each vector stored once, not stored and read
+      // back. Its finiteness goes into seen: the kernel's comparison into a 16-lane mask, unrolled here, GCC
+      // made a lane at a time (the copy then took twice as long).
+      if (n == 2 * tile) {
+        W b[tile];
+        sixteen_columns(row, 0, b);
+        W best;
+        V column;
+        lane_maxima(b, best);
+        join_halves(best, column);
+        const W top = __builtin_shufflevector(column, column, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
+        const OverTile<float> step = over_tile(cost, scale, bound);  // as kernel_of_tile
+        const W least = W{} - step.bound;
+        SSR_UNROLL
+        for (index_t p = 0; p < tile; ++p) {
+          kernel_step(b[p], top, step.scale, least);  // the values' finiteness in seen
+          std::memcpy(x + 2 * p * tile, &b[p], sizeof(W));
+        }
+        if (cost == Cost::softmax) softmax_of_tile<E>(x, n, scale, bound);
+        continue;
+      }
+    }
     W best = W{} - std::numeric_limits<float>::infinity();  // lanes 0-7 over even columns, 8-15 odd
     index_t j0 = 0;
     for (; j0 + 2 * tile <= n; j0 += 2 * tile) {
-      W a[tile], b[tile];
-      SSR_UNROLL
-      for (index_t q = 0; q < tile; ++q) std::memcpy(&a[q], row[q] + j0, sizeof(W));
-      if constexpr (!Kernel) {  // the kernel looks at its values
-        SSR_UNROLL
-        for (const W& values : a) note_finite(seen, values);
-      }
-      SSR_UNROLL
-      for (int v = 0; v < 4; ++v) {
-        b[v] = __builtin_shufflevector(a[v], a[v + 4], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
-        b[v + 4] =
-            __builtin_shufflevector(a[v], a[v + 4], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-      }
-      SSR_UNROLL
-      for (int v : {0, 1, 4, 5}) {
-        a[v] = __builtin_shufflevector(b[v], b[v + 2], 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
-        a[v + 2] = __builtin_shufflevector(b[v], b[v + 2], 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
-      }
-      SSR_UNROLL
-      for (int v = 0; v < tile; v += 2) {
-        b[v] = __builtin_shufflevector(a[v], a[v + 1], 0, 16, 4, 20, 8, 24, 12, 28, 1, 17, 5, 21, 9, 25, 13, 29);
-        b[v + 1] = __builtin_shufflevector(a[v], a[v + 1], 2, 18, 6, 22, 10, 26, 14, 30, 3, 19, 7, 23, 11, 27, 15, 31);
-      }
+      W b[tile];
+      sixteen_columns(row, j0, b);
       SSR_UNROLL
       for (index_t p = 0; p < tile; ++p) std::memcpy(x + (j0 + 2 * p) * tile, &b[p], sizeof(W));
-      if constexpr (Kernel) {  // the pairs in a tree (std::max), then into the running maximum
-        SSR_UNROLL
-        for (index_t d = 1; d < tile; d *= 2) {
-          SSR_UNROLL
-          for (index_t p = 0; p + d < tile; p += 2 * d) b[p] = b[p] < b[p + d] ? b[p + d] : b[p];
-        }
-        best = best < b[0] ? b[0] : best;
+      if constexpr (Kernel) {  // the pairs in a tree, then into the running maximum
+        W m;
+        lane_maxima(b, m);
+        best = best < m ? m : best;
       }
     }
     for (; j0 + tile <= n; j0 += tile) {  // 8 columns: two rows a vector, two exchanges
@@ -408,9 +458,8 @@ SSR_LANES_INLINE bool tiles_two_columns(const float* s, index_t stride, index_t 
     if constexpr (Kernel) {  // the maxima of the even and odd columns' blocks join the rest's
       V t;
       std::memcpy(&t, top, sizeof t);
-      const V even = __builtin_shufflevector(best, best, 0, 1, 2, 3, 4, 5, 6, 7),
-              odd = __builtin_shufflevector(best, best, 8, 9, 10, 11, 12, 13, 14, 15);
-      const V pairs = even < odd ? odd : even;
+      V pairs;
+      join_halves(best, pairs);
       t = t < pairs ? pairs : t;
       std::memcpy(top, &t, sizeof t);
       const OverTile<float> step = over_tile(cost, scale, bound);  // as kernel_of_tile
