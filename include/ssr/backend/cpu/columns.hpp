@@ -328,8 +328,8 @@ SSR_TARGET_AVX2_FMA bool tiles_avx2(const T* s, index_t stride, index_t rows, in
 // vectors); then 8 columns at a time, two rows a vector, in two exchanges. The last n % 8 columns go as
 // tiles_in_lanes takes them, and the kernel (kernel_over_tile, softmax_of_tile) two columns a vector, on
 // the tile's vectors still in registers where n = 16; the same operations on each element, so the same
-// bits. Compiled for AVX-512 (tiles_avx512, or a build for a
-// processor with it; the exps in vectors of E floats).
+// bits. Compiled for AVX-512 (tiles_avx512, or a build for a processor with it; the exps in vectors of E
+// floats).
 template <bool Kernel, int E = own_exp_lanes(2 * tile)>
 SSR_LANES_INLINE bool tiles_two_columns(const float* s, index_t stride, index_t rows, index_t n, float scale,
                                         float bound, float* x, Cost cost = Cost::linear) {
