@@ -55,7 +55,8 @@ struct Simd {
   static constexpr index_t exact_index = index_t{1} << std::numeric_limits<T>::digits;
 
   // out = exp(in) for np elements, a multiple of W. Floats: fexp::exp (ssr/backend/cpu/exp.hpp); inputs
-  // below -88 (-inf included) give 0 or the subnormals just above it, never NaN. Doubles: Eigen's exp.
+  // below about -87.38 (-inf included) give 0, those just above it subnormals, never NaN. Doubles: Eigen's
+  // exp.
   static void exp_row(const T* in, T* out, index_t np) {
     if constexpr (std::is_same<T, float>::value) {
       fexp::exp(in, out, np);
