@@ -499,6 +499,8 @@ TEST_CASE("the vector float exp is std::exp within 2 ulps, and 0 below its range
   for (index_t j = 0; j < 8; ++j) REQUIRE((out.data[j] >= 0 && out.data[j] < 1e-37f));
 }
 
+namespace {
+
 // The largest error of the float exp, in units of the float ulp at the exact value, over every stride-th
 // float from -87.3 to 88 (both signs; its results normal there), against exp in double (within an ulp of
 // a double of the exact value); how many it took in count.
@@ -535,6 +537,8 @@ double float_exp_worst_ulps(std::uint64_t stride, std::size_t& count) {
   return worst;
 }
 
+}  // namespace
+
 // The form with a table of 2^(j/8) measured 0.88 ulp at most over every float there (the hidden case
 // below; the degree-7 form before it, 1.02).
 TEST_CASE("the float exp is within 1 ulp of the exact value wherever its result is normal", "[simd]") {
@@ -543,7 +547,7 @@ TEST_CASE("the float exp is within 1 ulp of the exact value wherever its result 
   REQUIRE(count > 8000000);
 }
 
-TEST_CASE("the float exp is within 1 ulp of the exact value over every float", "[.][exhaustive]") {
+TEST_CASE("the float exp is within 1 ulp of the exact value over every float of its normal range", "[.][exhaustive]") {
   std::size_t count = 0;
   REQUIRE(float_exp_worst_ulps(1, count) < 1.0);
   REQUIRE(count > 2000000000);
