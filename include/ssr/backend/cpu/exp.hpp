@@ -51,20 +51,20 @@ SSR_LANES_INLINE void eighth_powers(const I& i, F& out) {
     F table;
     std::memcpy(&table, eighths, sizeof table);
     out = __builtin_shuffle(table, i);
-    return;
   } else if constexpr (L == 4) {
     F first, second;
     std::memcpy(&first, eighths, sizeof first);
     std::memcpy(&second, eighths + 4, sizeof second);
     out = __builtin_shuffle(first, second, i);
-    return;
-  }
+  } else
 #endif
-  std::int32_t index[L];
-  float value[L];
-  std::memcpy(index, &i, sizeof index);
-  for (int l = 0; l < L; ++l) value[l] = eighths[index[l] & 7];
-  std::memcpy(&out, value, sizeof value);
+  {
+    std::int32_t index[L];
+    float value[L];
+    std::memcpy(index, &i, sizeof index);
+    for (int l = 0; l < L; ++l) value[l] = eighths[index[l] & 7];
+    std::memcpy(&out, value, sizeof value);
+  }
 }
 
 // exp of L floats (L a power of two up to 16) from in to out, unaligned: on whole vectors (no calls, so
@@ -113,11 +113,11 @@ SSR_LANES_INLINE void exp_lanes(const float* in, float* out) {
   I bits;
   std::memcpy(&bits, &shifted, sizeof bits);
   bits -= 0x4b400000 - 1016;
-  F table, two_k, result;
-  eighth_powers<L>(bits, table);
+  F eighth, two_k, result;  // 2^(j/8), 2^k
+  eighth_powers<L>(bits, eighth);
   bits = bits >> 3 << 23;
   std::memcpy(&two_k, &bits, sizeof two_k);
-  const F s = table * two_k;                // exact: a power of two times a float, or 0 (k = -127)
+  const F s = eighth * two_k;               // exact: a power of two times a float, or 0 (k = -127)
   lanes::FusedOwn::apply(result, p, s, s);  // (p + 1) s rounded once
   std::memcpy(out, &result, sizeof result);
 }
