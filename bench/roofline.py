@@ -10,7 +10,10 @@ Runs the benchmark binary once (--benchmark_format=json) over the grid m x n and
   * per iteration: the slope (t(21) - t(1)) / 20 of BM_LibraryIterations/m/n/{1,21} (exactly 1 and 21
     iterations, xi = 0.5, linear cost); its ratio to the read bound;
   * outside: t(1) - slope, what the call spends besides its iterations (check, costs, K, Q = exp(K), the
-    final top-k and weights), also in iterations' time.
+    final top-k and weights), also in iterations' time;
+  * exp bound: BM_ExpBound/m/n, the float exp from one m x n buffer into another (one read, one exp and one
+    write an element), in the same run: the least a setup that reads the logits once and writes Q = exp(K)
+    can cost, in iterations' time, and the outside's ratio to it.
 Times are the least (--statistic min, the default: on a shared machine noise only adds time, and a slope of
 two noisy times is noisier still) or the medians (--statistic median) of --repetitions (default 5) in each
 of --rounds runs of the binary (default 1), of CPU time with one thread (--clock cpu, the default), or
@@ -45,7 +48,7 @@ def parse_args():
 
 def run(args, shapes):
     alt = "|".join(f"{m}/{n}" for m, n in shapes)
-    flt = f"(BM_LibraryIterations|BM_ReadBound<float>)/({alt})/"
+    flt = f"(BM_LibraryIterations|BM_ReadBound<float>|BM_ExpBound)/({alt})/"
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     out = subprocess.run([args.bench, f"--benchmark_filter={flt}", "--benchmark_format=json",
                           f"--benchmark_min_time={args.min_time}", f"--benchmark_repetitions={args.repetitions}"],
@@ -92,19 +95,19 @@ def main():
           f"{args.repetitions * args.rounds}; L2 {caches[2]['size'] >> 10} KiB a core, L3 {caches[3]['size'] >> 20} MiB")
     print()
     print("| m | n | MiB | level | read bound | per iteration | / read bound | outside the iterations | "
-          "outside / iteration |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "outside / iteration | exp bound / iteration | outside / exp bound |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for m, n in shapes:
         one, many = time.get(f"BM_LibraryIterations/{m}/{n}/1"), time.get(f"BM_LibraryIterations/{m}/{n}/21")
-        bound = time.get(f"BM_ReadBound<float>/{m}/{n}")
-        if None in (one, many, bound):
+        bound, exp = time.get(f"BM_ReadBound<float>/{m}/{n}"), time.get(f"BM_ExpBound/{m}/{n}")
+        if None in (one, many, bound, exp):
             continue
         slope = (many - one) / 20
         outside = one - slope
         nbytes = m * n * 4
         print(f"| {m} | {n} | {nbytes / 2**20:.2f} | {level(nbytes)} | {fmt(bound)} "
               f"({nbytes / bound / 1e9:.0f} GB/s) | {fmt(slope)} | {slope / bound:.1f}× | {fmt(outside)} | "
-              f"{outside / slope:.1f} |")
+              f"{outside / slope:.1f} | {exp / slope:.1f} | {outside / exp:.1f}× |")
 
 
 if __name__ == "__main__":
