@@ -202,8 +202,8 @@ void BM_ReadBound(benchmark::State& state) {
 }
 
 // The exp bound: the float exp that a solve's setup takes once per element (Q = exp(K), ssr::cpu::fexp::exp
-// on the path this processor runs) from one m x n buffer into another, the least that setup can cost
-// where the exp, not the memory, bounds it.
+// on the path this processor runs) from one m x n buffer into another: a read, an exp and a write an
+// element, the least a setup that reads the logits once and writes Q can cost (bench/roofline.py).
 void BM_ExpBound(benchmark::State& state) {
   const ssr::index_t m = state.range(0), n = state.range(1);
   auto k = logits<float>(m, n);
