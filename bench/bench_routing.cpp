@@ -217,6 +217,43 @@ void BM_ExpBound(benchmark::State& state) {
   pass_counters<float>(state, 1, m, n);
 }
 
+// The pass in cache: the solver's pass (Simd<float>::pass_tiles, as a solve calls it: a block of
+// CpuTuning::rows_per_block(n) rows at a time, subnormals flushed) over one block of Q held in tiles, swept
+// again for each block of an m x n matrix: what an iteration costs the core when every read finds its data
+// in L1, the pass's own floor (bench/roofline.py).
+void BM_PassInCache(benchmark::State& state) {
+  using Simd = ssr::cpu::Simd<float>;
+  const ssr::index_t m = state.range(0), n = state.range(1);
+  const ssr::index_t rows = std::min(m, ssr::CpuTuning::rows_per_block(n)), blocks = ssr::CpuTuning::blocks(m, n);
+  const ssr::index_t last = m - (blocks - 1) * ssr::CpuTuning::rows_per_block(n);  // the last block's rows
+  const auto s = logits<float>(rows, n);
+  // Q = exp(S - max S) in tiles, as the setup makes it (every row holds a 1), and v = 1 (the first pass).
+  ssr::detail::AlignedBuffer<float> q_buffer, v_buffer, vt_buffer, sum_buffer, part_buffer;
+  float* q = q_buffer.reserve(static_cast<std::size_t>((rows + Simd::tile - 1) / Simd::tile * Simd::tile * n));
+  std::fill(q, q + (rows + Simd::tile - 1) / Simd::tile * Simd::tile * n, 0.0f);
+  for (ssr::index_t i = 0; i < rows; ++i) {
+    const float* row = s.data() + i * n;
+    const float top = *std::max_element(row, row + n);
+    for (ssr::index_t j = 0; j < n; ++j) q[Simd::at_tile(i, j, n)] = std::exp(row[j] - top);
+  }
+  float* v = v_buffer.reserve(static_cast<std::size_t>(n));
+  float* vt = vt_buffer.reserve(static_cast<std::size_t>(Simd::tile * n));
+  std::fill(v, v + n, 1.0f);
+  Simd::spread(v, n, vt);
+  float* row_sum = sum_buffer.reserve(static_cast<std::size_t>(rows + Simd::tile));
+  float* part = part_buffer.reserve(static_cast<std::size_t>(n));
+  const ssr::index_t tiles = (rows + Simd::tile - 1) / Simd::tile, last_tiles = (last + Simd::tile - 1) / Simd::tile;
+  for (auto _ : state) {
+    const ssr::cpu::lanes::FlushSubnormals flush;
+    for (ssr::index_t blk = 0; blk < blocks; ++blk) {
+      Simd::pass_tiles(flush, q, v, vt, n, blk + 1 < blocks ? tiles : last_tiles, row_sum, part);
+      benchmark::DoNotOptimize(part);
+    }
+    benchmark::ClobberMemory();
+  }
+  pass_counters<float>(state, 1, m, n);
+}
+
 // One double exp at a time over 2^16 values in [-20, 0] (a softmax's shifted logits), as the scalar
 // definitions take it: math::exp (argument 0; in a baseline build its copy compiled for FMA where the
 // processor has it) against the platform's std::exp (argument 1). Time per value: the counter ns_per_exp.
@@ -310,6 +347,7 @@ BENCHMARK(BM_TwoPassScaling)->Apply(iteration_grid)->Unit(benchmark::kMillisecon
 BENCHMARK(BM_LogDomainStraightforward)->Apply(iteration_grid)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_TEMPLATE(BM_ReadBound, float)->Apply(matrix_grid)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_ExpBound)->Apply(matrix_grid)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_PassInCache)->Apply(matrix_grid)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_ScalarExp)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Route_SoftmaxTopK)->Apply(policy_shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Route_NoisySoftmaxTopK)->Apply(policy_shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();

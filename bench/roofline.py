@@ -13,7 +13,10 @@ Runs the benchmark binary once (--benchmark_format=json) over the grid m x n and
     final top-k and weights), also in iterations' time;
   * exp bound: BM_ExpBound/m/n, the float exp from one m x n buffer into another (one read, one exp and one
     write an element), in the same run: the least a setup that reads the logits once and writes Q = exp(K)
-    can cost, in iterations' time, and the outside's ratio to it.
+    can cost, in iterations' time, and the outside's ratio to it;
+  * pass in cache: BM_PassInCache/m/n, the solver's pass over one block held in L1, swept once for each block
+    of the matrix: what an iteration costs the core alone, against the read bound (where it is above 1, the
+    core, not the memory, bounds an iteration), and the iteration's ratio to it (what the memory adds).
 Times are the least (--statistic min, the default: on a shared machine noise only adds time, and a slope of
 two noisy times is noisier still) or the medians (--statistic median) of --repetitions (default 5) in each
 of --rounds runs of the binary (default 1), of CPU time with one thread (--clock cpu, the default), or
@@ -48,7 +51,7 @@ def parse_args():
 
 def run(args, shapes):
     alt = "|".join(f"{m}/{n}" for m, n in shapes)
-    flt = f"(BM_LibraryIterations|BM_ReadBound<float>|BM_ExpBound)/({alt})/"
+    flt = f"(BM_LibraryIterations|BM_ReadBound<float>|BM_ExpBound|BM_PassInCache)/({alt})/"
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     out = subprocess.run([args.bench, f"--benchmark_filter={flt}", "--benchmark_format=json",
                           f"--benchmark_min_time={args.min_time}", f"--benchmark_repetitions={args.repetitions}"],
@@ -95,19 +98,22 @@ def main():
           f"{args.repetitions * args.rounds}; L2 {caches[2]['size'] >> 10} KiB a core, L3 {caches[3]['size'] >> 20} MiB")
     print()
     print("| m | n | MiB | level | read bound | per iteration | / read bound | outside the iterations | "
-          "outside / iteration | exp bound / iteration | outside / exp bound |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "outside / iteration | exp bound / iteration | outside / exp bound | pass in cache / read bound | "
+          "per iteration / pass in cache |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for m, n in shapes:
         one, many = time.get(f"BM_LibraryIterations/{m}/{n}/1"), time.get(f"BM_LibraryIterations/{m}/{n}/21")
         bound, exp = time.get(f"BM_ReadBound<float>/{m}/{n}"), time.get(f"BM_ExpBound/{m}/{n}")
-        if None in (one, many, bound, exp):
+        in_cache = time.get(f"BM_PassInCache/{m}/{n}")
+        if None in (one, many, bound, exp, in_cache):
             continue
         slope = (many - one) / 20
         outside = one - slope
         nbytes = m * n * 4
         print(f"| {m} | {n} | {nbytes / 2**20:.2f} | {level(nbytes)} | {fmt(bound)} "
               f"({nbytes / bound / 1e9:.0f} GB/s) | {fmt(slope)} | {slope / bound:.1f}× | {fmt(outside)} | "
-              f"{outside / slope:.1f} | {exp / slope:.1f} | {outside / exp:.1f}× |")
+              f"{outside / slope:.1f} | {exp / slope:.1f} | {outside / exp:.1f}× | {in_cache / bound:.2f} | "
+              f"{slope / in_cache:.2f} |")
 
 
 if __name__ == "__main__":
