@@ -190,7 +190,8 @@ void BM_ReadBound(benchmark::State& state) {
   const ssr::index_t m = state.range(0), n = state.range(1);
   const auto s = logits<T>(m, n);
   // On whole cache lines, as the solver's Q is: a vector load never spans two lines (where it would, the
-  // read takes up to twice as long, by where the allocator happened to put the matrix).
+  // read takes up to twice as long, by where the allocator happened to put the matrix); and from 2 MiB on,
+  // on huge pages where Linux grants them, as the solver's own workspace is (ssr/detail/aligned.hpp).
   ssr::detail::AlignedBuffer<float> q;
   float* data = q.reserve(s.size());
   std::copy(s.begin(), s.end(), data);
