@@ -1159,3 +1159,24 @@ TEST_CASE("subnormals are flushed inside the Sinkhorn pass only: the caller's se
   REQUIRE(std::memcmp(weights[0].data(), weights[1].data(), weights[0].size() * sizeof(float)) == 0);
 }
 #endif
+
+TEST_CASE("an aligned buffer lies on whole cache lines, and from 2 MiB on on whole 2 MiB pages, all of it usable",
+          "[simd][workspace]") {
+  using Buffer = ssr::detail::AlignedBuffer<float>;
+  const std::size_t huge_floats = Buffer::huge_page / sizeof(float);
+  Buffer buffer;
+  for (std::size_t n : {std::size_t{1}, std::size_t{1000}, huge_floats - 1, huge_floats, 3 * huge_floats + 5}) {
+    INFO(n << " floats");
+    float* p = buffer.reserve(n);
+    const auto at = reinterpret_cast<std::uintptr_t>(p);
+    CHECK(at % Buffer::alignment == 0);
+#if defined(__linux__)
+    if (n * sizeof(float) >= Buffer::huge_page) CHECK(at % Buffer::huge_page == 0);
+#endif
+    CHECK(buffer.capacity() == n);
+    std::fill(p, p + n, 1.0f);  // every element is there (the sanitizers check the bounds)
+    CHECK(std::accumulate(p, p + n, 0.0) == static_cast<double>(n));
+  }
+  CHECK(buffer.reserve(1) == buffer.data());  // it only grows
+  CHECK(buffer.capacity() == 3 * huge_floats + 5);
+}

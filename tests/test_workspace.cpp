@@ -12,7 +12,8 @@ using ssr::Context;
 using ssr::index_t;
 
 TEST_CASE("a caller workspace of exactly the queried size, at any alignment, is all a call uses", "[workspace]") {
-  const index_t m = 1500, n = 16;
+  // 40000 x 16: the backend's own workspace is over 2 MiB (on huge pages where the host backend runs on Linux).
+  const index_t n = 16, m = GENERATE(index_t{1500}, index_t{40000});
   const auto s = test::random_logits<float>(m, n, 1.0, 3, 2.0);
   const auto policy = ssr::make_ssr(2, ssr::Cost::softmax, 0.5, {0.5, 1e-6, 100}, 0.2);
   for (std::uint64_t step : {0, 1, 2, 3}) {  // both paths: the coin lands either way over these steps
