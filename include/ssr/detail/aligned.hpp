@@ -2,7 +2,8 @@
 // On Linux a buffer of 2 MiB or more lies on whole 2 MiB pages and asks the kernel for transparent huge
 // pages (madvise; granted where /sys/kernel/mm/transparent_hugepage/enabled is `madvise` or `always`): a
 // pass over a matrix beyond the caches then crosses a page boundary, where the hardware prefetchers stop,
-// every 2 MiB instead of every 4 KiB, and needs fewer page walks (1.1-1.4x an iteration over 12 MiB or more, docs/performance.md).
+// every 2 MiB instead of every 4 KiB, and needs fewer page walks (1.1-1.4x an iteration over 12 MiB or
+// more, docs/performance.md).
 #pragma once
 
 #include <cstddef>
