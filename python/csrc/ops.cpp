@@ -3,6 +3,7 @@
 // (ssr_torch/_ops.py), so one registration serves every device and torch.compile.
 #include <Python.h>
 #include <ATen/Parallel.h>
+#include <ssr/detail/aligned.hpp>
 #include <ssr/router.hpp>
 #include <torch/library.h>
 #include <torch/torch.h>
@@ -10,7 +11,6 @@
 #include <cstdint>
 #include <string>
 #include <tuple>
-#include <vector>
 
 #include "args.hpp"
 #include "process_group.hpp"
@@ -30,11 +30,11 @@ using HostCommunicator = ProcessGroupCommunicator<ssr::HostStream>;
 
 // The CPU kernel's workspace: one buffer per thread that only grows, so that same-shaped calls neither
 // allocate nor touch fresh pages (a new buffer per call of the paper's shape costs page faults on every
-// call, e.g. 50 MB at 24576 x 256). A thread's buffer lives as long as the thread.
+// call, e.g. 50 MB at 24576 x 256), and from 2 MiB on lies on huge pages as the backend's own would
+// (ssr/detail/aligned.hpp). A thread's buffer lives as long as the thread.
 ssr::Workspace host_workspace(std::size_t bytes) {
-  thread_local std::vector<unsigned char> buffer;
-  if (buffer.size() < bytes) buffer.resize(bytes);
-  return {buffer.data(), bytes};
+  thread_local ssr::detail::AlignedBuffer<unsigned char> buffer;
+  return {buffer.reserve(bytes), bytes};
 }
 
 template <class T>
