@@ -225,13 +225,14 @@ void BM_ExpBound(benchmark::State& state) {
 void BM_PassInCache(benchmark::State& state) {
   using Simd = ssr::cpu::Simd<float>;
   const ssr::index_t m = state.range(0), n = state.range(1);
-  const ssr::index_t rows = std::min(m, ssr::CpuTuning::rows_per_block(n)), blocks = ssr::CpuTuning::blocks(m, n);
-  const ssr::index_t last = m - (blocks - 1) * ssr::CpuTuning::rows_per_block(n);  // the last block's rows
+  const ssr::index_t per_block = ssr::CpuTuning::rows_per_block(n), blocks = ssr::CpuTuning::blocks(m, n);
+  const ssr::index_t rows = std::min(m, per_block), last = m - (blocks - 1) * per_block;  // last: the last block's
+  const ssr::index_t tiles = (rows + Simd::tile - 1) / Simd::tile, last_tiles = (last + Simd::tile - 1) / Simd::tile;
   const auto s = logits<float>(rows, n);
   // Q = exp(S - max S) in tiles, as the setup makes it (every row holds a 1), and v = 1 (the first pass).
   ssr::detail::AlignedBuffer<float> q_buffer, v_buffer, vt_buffer, sum_buffer, part_buffer;
-  float* q = q_buffer.reserve(static_cast<std::size_t>((rows + Simd::tile - 1) / Simd::tile * Simd::tile * n));
-  std::fill(q, q + (rows + Simd::tile - 1) / Simd::tile * Simd::tile * n, 0.0f);
+  float* q = q_buffer.reserve(static_cast<std::size_t>(tiles * Simd::tile * n));
+  std::fill(q, q + tiles * Simd::tile * n, 0.0f);
   for (ssr::index_t i = 0; i < rows; ++i) {
     const float* row = s.data() + i * n;
     const float top = *std::max_element(row, row + n);
@@ -241,9 +242,8 @@ void BM_PassInCache(benchmark::State& state) {
   float* vt = vt_buffer.reserve(static_cast<std::size_t>(Simd::tile * n));
   std::fill(v, v + n, 1.0f);
   Simd::spread(v, n, vt);
-  float* row_sum = sum_buffer.reserve(static_cast<std::size_t>(rows + Simd::tile));
+  float* row_sum = sum_buffer.reserve(static_cast<std::size_t>(tiles * Simd::tile));
   float* part = part_buffer.reserve(static_cast<std::size_t>(n));
-  const ssr::index_t tiles = (rows + Simd::tile - 1) / Simd::tile, last_tiles = (last + Simd::tile - 1) / Simd::tile;
   for (auto _ : state) {
     const ssr::cpu::lanes::FlushSubnormals flush;
     for (ssr::index_t blk = 0; blk < blocks; ++blk) {
