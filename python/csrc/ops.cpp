@@ -1,6 +1,6 @@
 // The operators torch.ops.ssr.route and torch.ops.ssr.route_backward: their schema, and their CPU kernels
-// (the CUDA kernels are in ops_cuda.cu). Fake kernels and autograd are registered in Python
-// (ssr_torch/_ops.py), so one registration serves every device and torch.compile.
+// (the CUDA kernels are in ops_cuda.cu). The fake kernels are registered in Python (ssr_torch/_ops.py), the
+// autograd kernel in C++ (autograd.cpp): each one registration for every device and torch.compile.
 #include <Python.h>
 #include <ATen/Parallel.h>
 #include <ssr/detail/aligned.hpp>

@@ -6,7 +6,7 @@ and CUDA kernels when built with CUDA), their fake kernels for ``torch.compile``
 import torch  # loads libtorch before the operators' library
 
 from . import _C  # noqa: F401  registers the operators
-from . import _ops  # noqa: F401  fake kernels and autograd
+from . import _ops  # noqa: F401  fake kernels
 from ._ops import route
 from ._version import __version__
 from .losses import (global_load_balancing_loss, load_balancing_loss, normalised_scores, sequence_balance_loss,

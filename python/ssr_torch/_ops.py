@@ -1,5 +1,5 @@
-"""The operators' fake kernels (shapes and dtypes, for torch.compile and meta tensors), their autograd, and
-``route``, the operator with keyword arguments."""
+"""The operators' fake kernels (shapes and dtypes, for torch.compile and meta tensors) and ``route``, the operator
+with keyword arguments. Their autograd is C++ (csrc/autograd.cpp)."""
 import torch
 
 
@@ -21,34 +21,6 @@ def _route_fake(logits, policy="selective", k=2, cost="linear", xi=0.5, tol=1e-4
 @torch.library.register_fake("ssr::route_backward")
 def _route_backward_fake(grad_weights, experts, weights, n, passes_gradient, info=None, score="softmax", logits=None):
     return weights.new_empty((experts.shape[0], n))
-
-
-# The position of the score argument in the operator's schema.
-_SCORE = 17
-
-
-def _setup_context(ctx, inputs, output):
-    experts, weights, load, info = output
-    logits = inputs[0]
-    ctx.score = inputs[_SCORE] if len(inputs) > _SCORE else "softmax"
-    # The gradient of sigmoid score weights reads the logits.
-    ctx.save_for_backward(experts, weights, info, logits if ctx.score == "sigmoid" else None)
-    ctx.n = logits.shape[1]
-    ctx.logits_dtype = logits.dtype
-    ctx.other_inputs = len(inputs) - 1
-    ctx.mark_non_differentiable(experts, load, info)
-
-
-def _backward(ctx, grad_experts, grad_weights, grad_load, grad_info):
-    experts, weights, info, logits = ctx.saved_tensors
-    if grad_weights is None:
-        grad_weights = torch.zeros_like(weights)
-    # info[1] (on the logits' device) says whether the weights pass gradient: plan weights do not.
-    grad = torch.ops.ssr.route_backward(grad_weights, experts, weights, ctx.n, True, info, ctx.score, logits)
-    return (grad.to(ctx.logits_dtype),) + (None,) * ctx.other_inputs
-
-
-torch.library.register_autograd("ssr::route", _backward, setup_context=_setup_context)
 
 
 def route(logits, policy="selective", k=2, cost="linear", xi=0.5, tol=1e-4, max_iters=100, weights="plan", p=1e-3,

@@ -47,6 +47,17 @@ def test_gradcheck_in_double():
     assert torch.autograd.gradcheck(lambda x: route(x, "sinkhorn", 2, "linear", 0.5, 1e-12, 10000, "scores")[1], (s,))
 
 
+def test_only_the_weights_carry_gradient_and_only_where_the_logits_ask_for_it():
+    for needs_gradient in (False, True):
+        s = make_logits(30, 8, 6).requires_grad_(needs_gradient)
+        for policy in ("softmax", "sinkhorn"):
+            experts, weights, load, info = route(s, policy, 2, weights="scores")
+            assert not experts.requires_grad and not load.requires_grad and not info.requires_grad
+            assert weights.requires_grad == needs_gradient and (weights.grad_fn is not None) == needs_gradient
+            with torch.no_grad():
+                assert not route(s, policy, 2, weights="scores")[1].requires_grad
+
+
 def test_plan_weights_pass_no_gradient():
     s = make_logits(40, 8, 5).requires_grad_()
     _, weights, _, _ = route(s, "sinkhorn", 2)
