@@ -1,8 +1,9 @@
 // The autograd kernel of torch.ops.ssr.route, for every device: the forward calls the operator below
 // autograd (the device's kernel), the backward torch.ops.ssr.route_backward. Written in C++ rather than
 // registered from Python (torch.library.register_autograd), so that a call whose inputs need no gradient
-// does not enter the interpreter: that took about 12 us a call, as much as the rest of a call on a few
-// rows (docs/performance.md). torch.compile traces it through the fake kernels of ssr_torch/_ops.py.
+// does not enter the interpreter: that took about 10 us a call, as much as the rest of a call on a few
+// rows (docs/pytorch.md, Overhead of the operator). torch.compile traces it through the fake kernels of
+// ssr_torch/_ops.py.
 #include <torch/autograd.h>
 #include <torch/library.h>
 #include <torch/torch.h>
