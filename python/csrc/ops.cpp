@@ -43,18 +43,21 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> route_on_cpu(const Tensor& logits, co
   const Tensor s = logits.contiguous();
   const int64_t m = s.size(0), n = s.size(1), k = policy.resolve(ctx).k;
   ssr::Router<ssr::SSRPolicy, ssr::CpuBackend<T>> router(policy, ssr::CpuBackend<T>(at::get_num_threads()));
-  Tensor experts = torch::empty({m, k}, s.options().dtype(torch::kInt32));
-  Tensor weights = torch::empty({m, k}, s.options());
-  Tensor load = torch::empty({n}, s.options().dtype(torch::kInt32));
+  Tensor experts = at::empty({m, k}, s.options().dtype(at::kInt));
+  Tensor weights = at::empty({m, k}, s.options());
+  Tensor load = at::empty({n}, s.options().dtype(at::kInt));
+  Tensor info = at::empty({info_size}, s.options().dtype(at::kDouble));
   auto options = ssr::CallOptions<ssr::HostStream>{}.using_workspace(host_workspace(router.workspace_bytes(m, n, ctx)));
   if (ranks != nullptr) options.across(*ranks);
-  const ssr::RouteInfo info = router.route(
+  const ssr::RouteInfo result = router.route(
       {s.data_ptr<T>(), m, n}, ctx,
       {{experts.data_ptr<int32_t>(), m, k}, {weights.data_ptr<T>(), m, k}, {load.data_ptr<int32_t>(), n}}, options);
-  Tensor summary = torch::tensor({info.path == ssr::Path::sinkhorn ? 1.0 : 0.0, info.weights == ssr::Weights::scores ? 1.0 : 0.0,
-                                  static_cast<double>(info.iterations), info.marginal_error},
-                                 s.options().dtype(torch::kFloat64));
-  return {experts, weights, load, summary};
+  double* written = info.data_ptr<double>();  // written in place: torch::tensor of a list selects and fills each entry
+  written[0] = result.path == ssr::Path::sinkhorn ? 1.0 : 0.0;
+  written[1] = result.weights == ssr::Weights::scores ? 1.0 : 0.0;
+  written[2] = static_cast<double>(result.iterations);
+  written[3] = result.marginal_error;
+  return {experts, weights, load, info};
 }
 
 void check_cpu_logits(const Tensor& logits) {

@@ -28,7 +28,11 @@ def test_sinkhorn_plan_weights_match_plain_pytorch(cost):
     torch.testing.assert_close(weights, ref / ref.sum(1, keepdim=True), rtol=1e-8, atol=1e-9)
     assert torch.equal(experts.long(), torch.topk(plan, 2, dim=1).indices)
     assert info[0].item() == 1.0 and info[1].item() == 0.0
-    assert info[3].item() < 1e-11
+    assert info[3].item() < 1e-11 and 1 <= info[2].item() < 100000
+    # Stopped by max_iters: info counts them and keeps the error it stopped at.
+    info = route(s, "sinkhorn", 2, cost, 0.5, 1e-11, 3, "plan")[3]
+    assert info.dtype == torch.float64 and info.shape == (4,)
+    assert info[2].item() == 3.0 and info[3].item() > 1e-11
 
 
 def test_softmax_gradient_matches_autograd_of_plain_pytorch():
