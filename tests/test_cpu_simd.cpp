@@ -317,21 +317,22 @@ TEMPLATE_TEST_CASE(
         std::vector<TestType> s(static_cast<std::size_t>(rows * stride));
         for (auto& e : s) e = static_cast<TestType>(std::min(scale * normal(gen), 1e38));
         if (rows > 2) s[2 * stride + 1] = s[2 * stride + 3];  // a tie
-        std::vector<std::int32_t> experts(static_cast<std::size_t>(rows * k));
+        const index_t es = k + 1;  // a row of experts, then a column no row reads (expert 0)
+        std::vector<std::int32_t> experts(static_cast<std::size_t>(rows * es));
         for (index_t i = 0; i < rows; ++i) {  // k distinct experts in any order
           std::vector<std::int32_t> all(static_cast<std::size_t>(n));
           std::iota(all.begin(), all.end(), 0);
           std::shuffle(all.begin(), all.end(), gen);
-          std::copy(all.begin(), all.begin() + k, experts.begin() + i * k);
+          std::copy(all.begin(), all.begin() + k, experts.begin() + i * es);
         }
         std::vector<TestType> got(static_cast<std::size_t>(rows * k)), want(got.size());
         for (index_t i = 0; i < rows; ++i)
           ssr::math::score_weights(
               ssr::Score::softmax, k,
-              [&](int r) { return s[static_cast<std::size_t>(i * stride + experts[i * k + r])]; },
+              [&](int r) { return s[static_cast<std::size_t>(i * stride + experts[i * es + r])]; },
               [&](int r, double w) { want[static_cast<std::size_t>(i * k + r)] = static_cast<TestType>(w); });
         V::softmax_score_weights(s.data(), stride, rows, k,
-                                 ssr::MatrixView<const std::int32_t>(experts.data(), rows, k, k),
+                                 ssr::MatrixView<const std::int32_t>(experts.data(), rows, k, es),
                                  ssr::MatrixView<TestType>(got.data(), rows, k, k));
         INFO("k " << k << " rows " << rows << " scale " << scale);
         REQUIRE(std::memcmp(got.data(), want.data(), got.size() * sizeof(TestType)) == 0);

@@ -454,11 +454,16 @@ struct Simd {
     alignas(64) T weight[tile_k * at_once];
     for (index_t q0 = 0; q0 < rows; q0 += at_once) {
       const index_t here = std::min<index_t>(at_once, rows - q0);
-      for (int r = 0; r < k; ++r)
-        for (index_t q = 0; q < at_once; ++q) {
-          const index_t i = q0 + std::min(q, here - 1);  // past the last row: the last row again
-          logit[index_t{r} * at_once + q] = static_cast<double>(s[i * stride + experts(i, r)]);
-        }
+#if defined(SSR_DISPATCH_AVX512)
+      if (lanes::has_avx512())
+        cost_tiles::chosen_logits_avx512<T>(s, stride, experts.data, experts.stride, q0, here, k, logit);
+      else
+#endif
+        for (int r = 0; r < k; ++r)
+          for (index_t q = 0; q < at_once; ++q) {
+            const index_t i = q0 + std::min(q, here - 1);  // past the last row: the last row again
+            logit[index_t{r} * at_once + q] = static_cast<double>(s[i * stride + experts(i, r)]);
+          }
       cost_tiles::softmax_weights<T>(logit, k, weight);
       for (index_t q = 0; q < here; ++q)
         for (int r = 0; r < k; ++r) weights(q0 + q, r) = weight[index_t{r} * at_once + q];
