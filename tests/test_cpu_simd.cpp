@@ -317,7 +317,8 @@ TEMPLATE_TEST_CASE(
         std::vector<TestType> s(static_cast<std::size_t>(rows * stride));
         for (auto& e : s) e = static_cast<TestType>(std::min(scale * normal(gen), 1e38));
         if (rows > 2) s[2 * stride + 1] = s[2 * stride + 3];  // a tie
-        const index_t es = k + 1;  // a row of experts, then a column no row reads (expert 0)
+        // A row of experts, then a column no row reads (expert 0).
+        const index_t es = k + 1;
         std::vector<std::int32_t> experts(static_cast<std::size_t>(rows * es));
         for (index_t i = 0; i < rows; ++i) {  // k distinct experts in any order
           std::vector<std::int32_t> all(static_cast<std::size_t>(n));

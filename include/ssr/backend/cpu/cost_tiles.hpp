@@ -172,9 +172,10 @@ SSR_TARGET_AVX512_FMA void softmax_weights_avx512(const double* logit, int k, T*
 
 #if defined(SSR_DISPATCH_AVX512)
 // logit[r * weight_rows + q] = s[(q0 + q) * stride + e[(q0 + q) * es + r]] as a double for the `here` rows
-// from q0 and r < k, zeros past them: the chosen logits softmax_weights reads, gathered eight rows at a time
-// (masked forms of the conversions: the plain ones read an undefined vector, which GCC 12 warns of; a Sinkhorn route's score weights 1.06-1.12 times as fast as with a value at a time: each row's logits are
-// read again after the solve, from beyond L2, and more of those reads overlap).
+// from q0 and r < k, zeros past them: the chosen logits softmax_weights reads, gathered eight rows at a time.
+// A Sinkhorn route reads them again after its solve, from beyond L2; more of those reads overlap so than a
+// value at a time (its score weights 1.07-1.08 times as fast). The conversions take their masked forms: the
+// plain ones read an undefined vector, which GCC 12 warns of.
 template <class T>
 SSR_TARGET_AVX512 void chosen_logits_avx512(const T* s, index_t stride, const std::int32_t* e, index_t es, index_t q0,
                                             index_t here, int k, double* logit) {
