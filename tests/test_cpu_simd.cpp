@@ -3,6 +3,7 @@
 
 #include <ssr/backend/cpu/noise.hpp>
 #include <ssr/backend/cpu/simd.hpp>
+#include <ssr/backend/cpu/tally.hpp>
 #include <ssr/detail/aligned.hpp>
 #include <ssr/math/cost.hpp>
 #include <ssr/math/noise.hpp>
@@ -1181,4 +1182,23 @@ TEST_CASE("an aligned buffer lies on whole cache lines, and from 2 MiB on on who
   }
   CHECK(buffer.reserve(1) == buffer.data());  // it only grows
   CHECK(buffer.capacity() == 3 * huge_floats + 5);
+}
+
+TEST_CASE("the tally counts every expert however the entries come and however skewed", "[simd]") {
+  const index_t n = GENERATE(1, 2, 15, 16);
+  if (!ssr::cpu::tally::available(n)) return;  // no AVX-512 here: the load is counted an entry at a time
+  // Past 2040 entries the bytes spill into the counts; all on one expert, each lane's byte reaches 255.
+  const index_t entries = GENERATE(0, 7, 8, 2040, 2041, 100003);
+  const index_t chunk = GENERATE(1, 64, 67, 100003);  // the entries of one call: a group's, or odd
+  const bool skewed = GENERATE(false, true);          // every entry the last expert: the highest nibble
+  std::mt19937 gen(static_cast<unsigned>(n * 7 + entries));
+  std::vector<std::int32_t> e(static_cast<std::size_t>(entries));
+  for (auto& x : e) x = skewed ? static_cast<std::int32_t>(n - 1) : static_cast<std::int32_t>(gen() % n);
+  std::vector<std::int32_t> counted(static_cast<std::size_t>(n), 0), count(static_cast<std::size_t>(n), 0);
+  for (const auto x : e) ++counted[static_cast<std::size_t>(x)];
+  ssr::cpu::tally::Tally tally;
+  for (index_t x = 0; x < entries; x += chunk)
+    ssr::cpu::tally::add(tally, e.data() + x, std::min(chunk, entries - x), n, count.data());
+  ssr::cpu::tally::finish(tally, n, count.data());
+  REQUIRE(count == counted);
 }

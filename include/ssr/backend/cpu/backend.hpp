@@ -13,6 +13,7 @@
 #include "ssr/backend/cpu/noise.hpp"
 #include "ssr/backend/cpu/simd.hpp"
 #include "ssr/backend/cpu/sinkhorn.hpp"
+#include "ssr/backend/cpu/tally.hpp"
 #include "ssr/backend/cpu/tuning.hpp"
 #include "ssr/call.hpp"
 #include "ssr/detail/aligned.hpp"
@@ -328,7 +329,8 @@ class CpuBackend {
   // load[j]: how many chosen entries name expert j. Each of load_copies consecutive entries goes to its own
   // counter of the expert, the counters added at the end: one counter an expert made increments of the
   // same expert wait on each other's stores, and most tokens choose the same few experts (16% of a softmax
-  // top-k route at 24576 x 16 went to it). On the route's `threads`, each over the groups of rows
+  // top-k route at 24576 x 16 went to it); for n <= 16 on a processor with AVX-512, eight entries at once
+  // into the thread's cpu::tally instead. On the route's `threads`, each over the groups of rows
   // schedule(static) gave it there, whose experts it wrote and still holds in its cache (read by the
   // calling thread alone, half of them crossed from the other core: a two-thread softmax top-k at 24576 x 8
   // took as long as one thread), into counters of its own; integer sums, the same on any thread count.
@@ -347,16 +349,23 @@ class CpuBackend {
     const index_t groups = (experts.rows + group_rows - 1) / group_rows, per_thread = load_copies * n;
     const std::int32_t* e = experts.data;
     std::fill(counts, counts + per_thread * threads, 0);  // all of them: a team may have fewer threads
+    const bool tallied = cpu::tally::available(n);
     detail::parallel(threads, [&] {
       std::int32_t* own = counts + per_thread * detail::thread_id();
+      cpu::tally::Tally tally;
       SSR_OMP(for schedule(static))
       for (index_t grp = 0; grp < groups; ++grp) {
         const index_t end = std::min(entries, (grp + 1) * group_rows * k);
         index_t x = grp * group_rows * k;
+        if (tallied) {
+          cpu::tally::add(tally, e + x, end - x, n, own);
+          continue;
+        }
         for (; x + load_copies <= end; x += load_copies)
           for (index_t c = 0; c < load_copies; ++c) ++own[c * n + e[x + c]];
         for (; x < end; ++x) ++own[e[x]];
       }
+      if (tallied) cpu::tally::finish(tally, n, own);
     });
     for (index_t j = 0; j < n; ++j) {
       std::int32_t sum = 0;
