@@ -92,10 +92,10 @@ SSR_TALLY_TARGET inline void finish(Tally& t, index_t n, std::int32_t* count) {
   t = Tally{};
 }
 #else
-inline void add(Tally&, const std::int32_t* e, index_t entries, index_t, std::int32_t* count) {
+inline void add(Tally& /*t*/, const std::int32_t* e, index_t entries, index_t /*n*/, std::int32_t* count) {
   for (index_t x = 0; x < entries; ++x) ++count[e[x]];
 }
-inline void finish(Tally&, index_t, std::int32_t*) {}
+inline void finish(Tally& /*t*/, index_t /*n*/, std::int32_t* /*count*/) {}
 #endif
 
 }  // namespace SSR_LANES_NAMESPACE
