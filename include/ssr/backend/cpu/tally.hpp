@@ -1,8 +1,8 @@
 // The CPU backend's count of chosen experts (the load) for n <= 16 with AVX-512: eight entries a step in
 // one vector's lanes, where counting an entry in memory takes a load, an add and a store, the store the
 // bound (CpuBackend::count_load). Each 64-bit lane holds a 4-bit count of every expert, entry e adding
-// 1 << 4e; the nibbles go into bytes (even and odd experts) every 15 steps, before any can
-// overflow, and the bytes into the 32-bit counts every 17 of those (at most 255). Integer sums: the same
+// 1 << 4e; the nibbles fold into bytes (even and odd experts) every 15 steps, before any can
+// overflow, and the bytes spill into the 32-bit counts every 17 folds (at most 255). Integer sums: the same
 // counts in any order. The shifts and the widening take their masked forms: the plain ones read an undefined
 // vector, which GCC 12 warns of.
 #pragma once
@@ -26,11 +26,13 @@ namespace tally {
 inline namespace SSR_LANES_NAMESPACE {
 
 constexpr index_t most_experts = 16;  // a nibble each in 64 bits
+constexpr int steps_a_fold = 15;      // a nibble's largest count
+constexpr int folds_a_spill = 17;     // 17 * 15 = 255, a byte's largest count
 
 // One thread's counts in progress (zero to start).
 struct Tally {
   alignas(64) std::uint64_t nibbles[8] = {}, even[8] = {}, odd[8] = {};
-  int steps = 0, flushes = 0;
+  int steps = 0, folds = 0;
 };
 
 // Whether this processor tallies n experts so.
@@ -47,6 +49,13 @@ inline bool available(index_t n) {
 }
 
 #if defined(SSR_TALLY_AVX512)
+// The nibbles' counts added into the bytes: the even experts' into even, the odd ones' into odd.
+SSR_TALLY_TARGET inline void fold(const __m512i& nibbles, __m512i& even, __m512i& odd) {
+  const __m512i low = _mm512_set1_epi8(0x0f);
+  even = _mm512_add_epi8(even, _mm512_and_si512(nibbles, low));
+  odd = _mm512_add_epi8(odd, _mm512_and_si512(_mm512_maskz_srli_epi64(0xff, nibbles, 4), low));
+}
+
 // The bytes' counts added into count[j], j < n.
 SSR_TALLY_TARGET inline void spill(const __m512i& even, const __m512i& odd, index_t n, std::int32_t* count) {
   alignas(64) std::uint8_t e[64], o[64];
@@ -60,21 +69,20 @@ SSR_TALLY_TARGET inline void spill(const __m512i& even, const __m512i& odd, inde
 
 // Entries e[0, entries) (experts in [0, n), n <= 16) into t, whole steps of eight; the rest into count.
 SSR_TALLY_TARGET inline void add(Tally& t, const std::int32_t* e, index_t entries, index_t n, std::int32_t* count) {
-  const __m512i one = _mm512_set1_epi64(1), low = _mm512_set1_epi8(0x0f);
+  const __m512i one = _mm512_set1_epi64(1);
   __m512i nibbles = _mm512_load_si512(t.nibbles), even = _mm512_load_si512(t.even), odd = _mm512_load_si512(t.odd);
   index_t x = 0;
   for (; x + 8 <= entries; x += 8) {
     const __m512i at = _mm512_maskz_cvtepu32_epi64(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e + x)));
     nibbles = _mm512_add_epi64(nibbles, _mm512_maskz_sllv_epi64(0xff, one, _mm512_maskz_slli_epi64(0xff, at, 2)));
-    if (++t.steps < 15) continue;
-    even = _mm512_add_epi8(even, _mm512_and_si512(nibbles, low));
-    odd = _mm512_add_epi8(odd, _mm512_and_si512(_mm512_maskz_srli_epi64(0xff, nibbles, 4), low));
+    if (++t.steps < steps_a_fold) continue;
+    fold(nibbles, even, odd);
     nibbles = _mm512_setzero_si512();
     t.steps = 0;
-    if (++t.flushes < 17) continue;
+    if (++t.folds < folds_a_spill) continue;
     spill(even, odd, n, count);
     even = odd = _mm512_setzero_si512();
-    t.flushes = 0;
+    t.folds = 0;
   }
   for (; x < entries; ++x) ++count[e[x]];
   _mm512_store_si512(t.nibbles, nibbles);
@@ -84,10 +92,8 @@ SSR_TALLY_TARGET inline void add(Tally& t, const std::int32_t* e, index_t entrie
 
 // What t holds into count, t zero again.
 SSR_TALLY_TARGET inline void finish(Tally& t, index_t n, std::int32_t* count) {
-  const __m512i low = _mm512_set1_epi8(0x0f), nibbles = _mm512_load_si512(t.nibbles);
-  const __m512i even = _mm512_add_epi8(_mm512_load_si512(t.even), _mm512_and_si512(nibbles, low));
-  const __m512i odd =
-      _mm512_add_epi8(_mm512_load_si512(t.odd), _mm512_and_si512(_mm512_maskz_srli_epi64(0xff, nibbles, 4), low));
+  __m512i even = _mm512_load_si512(t.even), odd = _mm512_load_si512(t.odd);
+  fold(_mm512_load_si512(t.nibbles), even, odd);
   spill(even, odd, n, count);
   t = Tally{};
 }
