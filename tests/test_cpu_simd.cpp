@@ -581,12 +581,16 @@ TEST_CASE("the float exp gives the same bits in every vector width and on every 
   for (index_t count = 1; count <= 80; ++count) counts.push_back(count);
   for (index_t count = static_cast<index_t>(in.size()) - 16; count <= static_cast<index_t>(in.size()); ++count)
     counts.push_back(count);
+  const std::vector<float> elsewhere(4096);
   for (index_t count : counts) {
     std::fill(got.begin(), got.end(), -1.0f);
     fexp::exp_compiled(in.data(), got.data(), count);
     same_bits(count);
     std::fill(got.begin(), got.end(), -1.0f);
     fexp::exp(in.data(), got.data(), count);
+    same_bits(count);
+    std::fill(got.begin(), got.end(), -1.0f);  // asking for other lines meanwhile changes nothing
+    fexp::exp(in.data(), got.data(), count, ssr::cpu::lanes::Ahead(elsewhere.data(), 64, 60, 64, sizeof(float)));
     same_bits(count);
   }
 #if defined(SSR_DISPATCH_AVX2)
@@ -611,6 +615,46 @@ TEST_CASE("the float exp gives the same bits in every vector width and on every 
   fexp::exp(got.data(), got.data(), static_cast<index_t>(in.size()));
   got.back() = -1.0f;
   same_bits(static_cast<index_t>(in.size()));
+}
+
+TEST_CASE("a stretch's lines are asked for evenly over a loop's steps, each once and all by the last", "[simd]") {
+  using ssr::cpu::lanes::Ahead;
+  alignas(64) static std::array<char, 1 << 20> memory{};
+  const auto address = reinterpret_cast<std::uintptr_t>(memory.data());
+  for (std::size_t size : {std::size_t{4}, std::size_t{8}})
+    for (index_t offset : {0, 4, 56, 60})  // bytes from a line's start
+      for (index_t rows : {1, 3, 8, 256})
+        for (index_t cols : {1, 5, 16, 128})
+          for (index_t stride : {cols, cols + 3, 2 * cols + 16}) {
+            const auto first = address + static_cast<std::uintptr_t>(offset);
+            const auto last = first + static_cast<std::uintptr_t>((rows - 1) * stride + cols) * size - 1;  // byte
+            const Ahead stretch(memory.data() + offset, rows, cols, stride, size);
+            const std::uintptr_t lines = last / 64 - first / 64 + 1;
+            INFO("size " << size << " offset " << offset << " rows " << rows << " cols " << cols << " stride "
+                         << stride);
+            REQUIRE(!stretch.empty());
+            REQUIRE(stretch.first_line() == first / 64 * 64);
+            REQUIRE(stretch.lines() == lines);
+            for (index_t steps : {1, 2, 7, 255, 256, 257, 5000}) {
+              Ahead::Spread spread(stretch, steps);
+              for (index_t step = 1; step <= steps; ++step) {
+                spread.step();
+                INFO("steps " << steps << " step " << step);
+                REQUIRE(spread.asked() ==
+                        lines * static_cast<std::uintptr_t>(step) / static_cast<std::uintptr_t>(steps));
+              }
+            }
+          }
+  // Nothing to ask: no stretch, no rows, no columns, or a loop of no steps.
+  for (const Ahead& none : {Ahead(), Ahead(memory.data(), 0, 16, 16, 4), Ahead(memory.data(), 4, 0, 16, 4)}) {
+    REQUIRE(none.empty());
+    Ahead::Spread spread(none, 10);
+    for (int step = 0; step < 10; ++step) spread.step();
+    REQUIRE(spread.asked() == 0);
+  }
+  Ahead::Spread spread(Ahead(memory.data(), 4, 16, 16, 4), 0);
+  spread.step();
+  REQUIRE(spread.asked() == 0);
 }
 
 TEMPLATE_TEST_CASE("the finiteness scan finds any NaN or infinity, wherever it lies, on every path", "[simd]", float,

@@ -131,10 +131,18 @@ SSR_LANES_INLINE void exp_tail(const float* in, float* out, index_t count) {
   std::memcpy(out, lanes, static_cast<std::size_t>(count) * sizeof(float));
 }
 
-// exp of count floats in vectors of L floats, then 8 and 4, then exp_tail.
+// exp of count floats in vectors of L floats, then 8 and 4, then exp_tail;
+// `ahead`'s lines are asked for along the way, spread over its vectors of L floats.
 template <int L>
-SSR_LANES_INLINE void exp_in_lanes(const float* in, float* out, index_t count) {
+SSR_LANES_INLINE void exp_in_lanes(const float* in, float* out, index_t count, const lanes::Ahead& ahead = {}) {
   index_t c = 0;
+  if (!ahead.empty()) {
+    lanes::Ahead::Spread spread(ahead, count / L);
+    for (; c + L <= count; c += L) {
+      exp_lanes<L>(in + c, out + c);
+      spread.step();
+    }
+  }
   for (; c + L <= count; c += L) exp_lanes<L>(in + c, out + c);
   if constexpr (L > 8)
     for (; c + 8 <= count; c += 8) exp_lanes<8>(in + c, out + c);
@@ -144,31 +152,35 @@ SSR_LANES_INLINE void exp_in_lanes(const float* in, float* out, index_t count) {
 }
 
 // exp of count floats in the build's own vectors.
-SSR_LANES_INLINE void exp_compiled(const float* in, float* out, index_t count) { exp_in_lanes<widest>(in, out, count); }
+SSR_LANES_INLINE void exp_compiled(const float* in, float* out, index_t count, const lanes::Ahead& ahead = {}) {
+  exp_in_lanes<widest>(in, out, count, ahead);
+}
 
 #if defined(SSR_DISPATCH_AVX2)
 // exp_compiled in 8-float AVX2 vectors with FMA, for a baseline build on a processor with both.
-SSR_TARGET_AVX2_FMA inline void exp_avx2(const float* in, float* out, index_t count) {
-  exp_in_lanes<8>(in, out, count);
+SSR_TARGET_AVX2_FMA inline void exp_avx2(const float* in, float* out, index_t count, const lanes::Ahead& ahead = {}) {
+  exp_in_lanes<8>(in, out, count, ahead);
 }
 #endif
 #if defined(SSR_DISPATCH_AVX512)
 // exp_compiled in 16-float AVX-512 vectors, for a baseline build on a processor with AVX-512.
-SSR_TARGET_AVX512_FMA inline void exp_avx512(const float* in, float* out, index_t count) {
-  exp_in_lanes<16>(in, out, count);
+SSR_TARGET_AVX512_FMA inline void exp_avx512(const float* in, float* out, index_t count,
+                                             const lanes::Ahead& ahead = {}) {
+  exp_in_lanes<16>(in, out, count, ahead);
 }
 #endif
 
 // out = exp(in) for count floats (in == out allowed): the widest path this processor runs (a baseline
 // build's own code has no FMA instruction: it takes the AVX2 or AVX-512 path for any count where it can).
-SSR_LANES_INLINE void exp(const float* in, float* out, index_t count) {
+// The lines of `ahead` are asked for meanwhile.
+SSR_LANES_INLINE void exp(const float* in, float* out, index_t count, const lanes::Ahead& ahead = {}) {
 #if defined(SSR_DISPATCH_AVX512)
-  if (lanes::has_avx512()) return exp_avx512(in, out, count);
+  if (lanes::has_avx512()) return exp_avx512(in, out, count, ahead);
 #endif
 #if defined(SSR_DISPATCH_AVX2)
-  if (lanes::has_avx2_fma()) return exp_avx2(in, out, count);
+  if (lanes::has_avx2_fma()) return exp_avx2(in, out, count, ahead);
 #endif
-  exp_compiled(in, out, count);
+  exp_compiled(in, out, count, ahead);
 }
 
 }  // namespace SSR_LANES_NAMESPACE

@@ -3,7 +3,8 @@
 // vector the build compiles to one register, and the AVX2 and AVX-512 paths that a baseline x86-64 build
 // (SSE2) takes at run time where the processor has them; any_lane, which reads a comparison's lanes;
 // lane-wise fused multiply-adds (FusedOwn and its kin, Fused over vectors of doubles); conversions between
-// float and double lanes (widen, narrow); subnormals flushed for a scope (FlushSubnormals); and prefetch.
+// float and double lanes (widen, narrow); subnormals flushed for a scope (FlushSubnormals); and prefetch,
+// of a line or of a stretch spread over a loop's steps (Ahead).
 //
 // Such code declares its vector types inside each function (SSR_LANES), passes no vector to a function
 // (one crossing a function boundary in a build without its registers changes the ABI), and its functions
@@ -429,6 +430,50 @@ SSR_LANES_INLINE void prefetch(const void* p) {
   (void)p;
 #endif
 }
+
+// A stretch of memory to bring into the caches while a loop works on other data, its lines spread evenly
+// over the loop's steps, so that it is there when its own turn comes (the Sinkhorn setup reads the next
+// block's logits from beyond L2 while it takes this block's exps). Empty by default: nothing asked.
+class Ahead {
+ public:
+  static constexpr std::uintptr_t line = 64;  // bytes
+
+  Ahead() = default;
+  // `rows` rows of `cols` elements of `size` bytes, `stride` elements apart; the gaps between the rows too.
+  Ahead(const void* first, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t stride, std::size_t size) {
+    if (rows <= 0 || cols <= 0) return;
+    const auto begin = reinterpret_cast<std::uintptr_t>(first);
+    const auto end = begin + static_cast<std::uintptr_t>((rows - 1) * stride + cols) * size;
+    first_ = begin - begin % line;
+    lines_ = (end - first_ + line - 1) / line;
+  }
+
+  // Walks the stretch over `steps` steps of a loop: each step() asks for the lines due by then, the last
+  // step the last line.
+  class Spread {
+   public:
+    Spread(const Ahead& stretch, std::ptrdiff_t steps)
+        : first_(stretch.first_),
+          lines_(steps > 0 ? stretch.lines_ : 0),
+          steps_(steps > 0 ? static_cast<std::uintptr_t>(steps) : 1) {}
+    SSR_LANES_INLINE void step() {
+      for (due_ += lines_; due_ >= steps_; due_ -= steps_)
+        prefetch(reinterpret_cast<const void*>(first_ + line * asked_++));
+    }
+    // The lines asked for so far, from the first.
+    std::uintptr_t asked() const { return asked_; }
+
+   private:
+    std::uintptr_t first_, lines_, steps_, due_ = 0, asked_ = 0;
+  };
+
+  bool empty() const { return lines_ == 0; }
+  std::uintptr_t lines() const { return lines_; }
+  std::uintptr_t first_line() const { return first_; }  // its address
+
+ private:
+  std::uintptr_t first_ = 0, lines_ = 0;  // the first line's address, and the lines from it
+};
 
 }  // namespace SSR_LANES_NAMESPACE
 }  // namespace lanes

@@ -55,11 +55,11 @@ struct Simd {
   static constexpr index_t exact_index = index_t{1} << std::numeric_limits<T>::digits;
 
   // out = exp(in) for np elements, a multiple of W. Floats: fexp::exp (ssr/backend/cpu/exp.hpp); inputs
-  // below about -87.38 (-inf included) give 0, those just above it subnormals, never NaN. Doubles: Eigen's
-  // exp.
-  static void exp_row(const T* in, T* out, index_t np) {
+  // below about -87.38 (-inf included) give 0, those just above it subnormals, never NaN; the lines of
+  // `ahead` are asked for meanwhile. Doubles: Eigen's exp.
+  static void exp_row(const T* in, T* out, index_t np, const lanes::Ahead& ahead = {}) {
     if constexpr (std::is_same<T, float>::value) {
-      fexp::exp(in, out, np);
+      fexp::exp(in, out, np, ahead);
     } else {
       for (index_t c = 0; c < np; c += W) At<Chunk>(out + c) = At<const Chunk>(in + c).exp();
     }

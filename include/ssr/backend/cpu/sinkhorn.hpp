@@ -240,8 +240,15 @@ class Sinkhorn {
         }
         V::fill_lanes(k + (t1 - 1 - t0) * size, n, rows_of(t1 - 1), -std::numeric_limits<T>::infinity());
         // The block's exps in one loop: its packets are independent. exp(-inf) may be a tiny double
-        // (Eigen's exp), so the padding rows' Q is set to 0.
-        V::exp_row(k, q + t0 * size, (t1 - t0) * size);
+        // (Eigen's exp), so the padding rows' Q is set to 0. Meanwhile the next block's logits are brought
+        // into the caches, where the next kernel finds them: the exps' work hides their reads from beyond L2
+        // (at 24576 x 16 and x 128 floats, 1.1x and 1.17x the solve).
+        lanes::Ahead next;
+        if (blk + 1 < own.second) {
+          const index_t a0 = t1 * tile;
+          next = lanes::Ahead(s.row(a0), std::min(m, block_tiles(blk + 1).second * tile) - a0, n, s.stride, sizeof(T));
+        }
+        V::exp_row(k, q + t0 * size, (t1 - t0) * size, next);
         if (t1 == tiles) V::fill_lanes(q + (tiles - 1) * size, n, last_rows, T(0));
         std::fill(row_top + t0 * tile, row_top + t1 * tile, T(0));
         const lanes::FlushSubnormals flush;  // for the pass alone: the kernel and exp keep their subnormals
