@@ -617,6 +617,48 @@ TEST_CASE("the float exp gives the same bits in every vector width and on every 
   same_bits(static_cast<index_t>(in.size()));
 }
 
+TEMPLATE_TEST_CASE("the column sums of the blocks' partial sums are added in block order on every path", "[simd]",
+                   float, double) {
+  namespace pass = ssr::cpu::pass;
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<double> mag(-30.0, 30.0);
+  for (index_t blocks : {1, 2, 3, 768})
+    for (index_t n : {1, 7, 8, 16, 17, 128, 129}) {
+      std::vector<TestType> part(static_cast<std::size_t>(blocks * n));
+      for (auto& x : part) x = static_cast<TestType>(std::ldexp(mag(gen) / 30.0, static_cast<int>(mag(gen))));
+      std::vector<double> want(static_cast<std::size_t>(n), 0.0);
+      for (index_t blk = 0; blk < blocks; ++blk)
+        for (index_t j = 0; j < n; ++j)
+          want[static_cast<std::size_t>(j)] += static_cast<double>(part[static_cast<std::size_t>(blk * n + j)]);
+      std::vector<double> got(static_cast<std::size_t>(n) + 1);
+      const auto same = [&](const char* path) {
+        INFO(path << ": blocks " << blocks << " n " << n);
+        REQUIRE(std::memcmp(got.data(), want.data(), want.size() * sizeof(double)) == 0);
+        REQUIRE(got.back() == -1.0);  // nothing written past the end
+      };
+      std::fill(got.begin(), got.end(), -1.0);
+      pass::add_blocks_compiled(part.data(), blocks, n, got.data());
+      same("compiled");
+      std::fill(got.begin(), got.end(), -1.0);
+      pass::add_blocks(part.data(), blocks, n, got.data());
+      same("dispatched");
+#if defined(SSR_DISPATCH_AVX2)
+      if (ssr::cpu::lanes::has_avx2_fma()) {
+        std::fill(got.begin(), got.end(), -1.0);
+        pass::add_blocks_avx2(part.data(), blocks, n, got.data());
+        same("AVX2");
+      }
+#endif
+#if defined(SSR_DISPATCH_AVX512)
+      if (ssr::cpu::lanes::has_avx512()) {
+        std::fill(got.begin(), got.end(), -1.0);
+        pass::add_blocks_avx512(part.data(), blocks, n, got.data());
+        same("AVX-512");
+      }
+#endif
+    }
+}
+
 TEST_CASE("a stretch's lines are asked for evenly over a loop's steps, each once and all by the last", "[simd]") {
   using ssr::cpu::lanes::Ahead;
   alignas(64) static std::array<char, 1 << 20> memory{};

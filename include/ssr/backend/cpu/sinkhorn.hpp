@@ -31,6 +31,7 @@
 
 #include "ssr/backend/cpu/lanes.hpp"
 #include "ssr/backend/cpu/noise.hpp"
+#include "ssr/backend/cpu/pass.hpp"
 #include "ssr/backend/cpu/simd.hpp"
 #include "ssr/backend/cpu/tuning.hpp"
 #include "ssr/call.hpp"
@@ -291,9 +292,7 @@ class Sinkhorn {
         // than MPI_THREAD_FUNNELED; the barrier after it is the one single would have had.
         SSR_OMP(master) {
           ++iterations;
-          std::fill(colsum, colsum + n, 0.0);
-          for (index_t blk = 0; blk < blocks; ++blk)
-            for (index_t j = 0; j < n; ++j) colsum[j] += partial[blk * n + j];
+          pass::add_blocks(partial, blocks, n, colsum);
           if (comm) detail::sum_over_ranks(*comm, HostStream{}, colsum, n, b.limbs);
           double error_sum = 0;
           for (index_t j = 0; j < n; ++j) error_sum += math::column_error(colsum[j], target);
