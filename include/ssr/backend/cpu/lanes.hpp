@@ -444,8 +444,9 @@ class Ahead {
     if (rows <= 0 || cols <= 0) return;
     const auto begin = reinterpret_cast<std::uintptr_t>(first);
     const auto end = begin + static_cast<std::uintptr_t>((rows - 1) * stride + cols) * size;
-    first_ = begin - begin % line;
-    lines_ = (end - first_ + line - 1) / line;
+    first_ = static_cast<const char*>(first);
+    skew_ = begin % line;
+    lines_ = (end - (begin - skew_) + line - 1) / line;
   }
 
   // Walks the stretch over `steps` steps of a loop: each step() asks for the lines due by then, the last
@@ -454,25 +455,28 @@ class Ahead {
    public:
     Spread(const Ahead& stretch, std::ptrdiff_t steps)
         : first_(stretch.first_),
+          skew_(stretch.skew_),
           lines_(steps > 0 ? stretch.lines_ : 0),
           steps_(steps > 0 ? static_cast<std::uintptr_t>(steps) : 1) {}
     SSR_LANES_INLINE void step() {
-      for (due_ += lines_; due_ >= steps_; due_ -= steps_)
-        prefetch(reinterpret_cast<const void*>(first_ + line * asked_++));
+      for (due_ += lines_; due_ >= steps_; due_ -= steps_, ++asked_)  // line i from its first byte in the stretch
+        prefetch(first_ + (asked_ == 0 ? 0 : line * asked_ - skew_));
     }
     // The lines asked for so far, from the first.
     std::uintptr_t asked() const { return asked_; }
 
    private:
-    std::uintptr_t first_, lines_, steps_, due_ = 0, asked_ = 0;
+    const char* first_;
+    std::uintptr_t skew_, lines_, steps_, due_ = 0, asked_ = 0;
   };
 
   bool empty() const { return lines_ == 0; }
   std::uintptr_t lines() const { return lines_; }
-  std::uintptr_t first_line() const { return first_; }  // its address
+  std::uintptr_t first_line() const { return reinterpret_cast<std::uintptr_t>(first_) - skew_; }  // its address
 
  private:
-  std::uintptr_t first_ = 0, lines_ = 0;  // the first line's address, and the lines from it
+  const char* first_ = nullptr;          // the stretch's first byte
+  std::uintptr_t skew_ = 0, lines_ = 0;  // its offset in its line, and the lines from that line on
 };
 
 }  // namespace SSR_LANES_NAMESPACE
