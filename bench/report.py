@@ -196,7 +196,7 @@ def route_threads():
     shapes = [(24576, 16)] if ARGS.quick else [(24576, 16), (65536, 128), (1000000, 16)]
     runs = 3 if ARGS.quick else 10
     emit(f"The least wall-clock time of {runs} runs of the whole program (reading the `.npy`, routing, writing "
-         f"the outputs), per `--threads`, after one run to warm the files; `ssr-example-logits --out L.npy "
+         f"the outputs), per `--threads`, the settings in turn, after one run each to warm the files; `ssr-example-logits --out L.npy "
          f"--rows M --experts N` makes the logits, then for each policy and T in 1, 2, 0 (0: the backend's "
          f"choice):")
     emit()
@@ -212,17 +212,18 @@ def route_threads():
             subprocess.run([gen, "--out", logits, "--rows", str(m), "--experts", str(n)], check=True,
                            capture_output=True)
             for policy in ("softmax", "sinkhorn"):
-                best = {}
-                for t in ("1", "2", "0"):
-                    argv = [tool, "--logits", logits, "--out", os.path.join(tmp, "out"), "--policy", policy,
-                            "--threads", t]
-                    subprocess.run(argv, check=True, capture_output=True)
-                    times = []
-                    for _ in range(runs):
+                argv = {t: [tool, "--logits", logits, "--out", os.path.join(tmp, "out"), "--policy", policy,
+                            "--threads", t] for t in ("1", "2", "0")}
+                for t in argv:
+                    subprocess.run(argv[t], check=True, capture_output=True)
+                # The settings in turn, so that a change in the machine's state (the kernel's time to clear
+                # the program's fresh pages moves by 2x from one minute to the next) touches them all.
+                best = {t: float("inf") for t in argv}
+                for _ in range(runs):
+                    for t in argv:
                         start = time.perf_counter()
-                        subprocess.run(argv, check=True, capture_output=True)
-                        times.append(time.perf_counter() - start)
-                    best[t] = min(times)
+                        subprocess.run(argv[t], check=True, capture_output=True)
+                        best[t] = min(best[t], time.perf_counter() - start)
                 emit(f"| {m} × {n} | {policy} | {fmt(best['1'])} | {fmt(best['2'])} | {fmt(best['0'])} | "
                      f"{best['1'] / best['2']:.2f}× | {best['1'] / best['0']:.2f}× |")
     emit()
