@@ -196,9 +196,9 @@ def route_threads():
     shapes = [(24576, 16)] if ARGS.quick else [(24576, 16), (65536, 128), (1000000, 16)]
     runs = 3 if ARGS.quick else 10
     emit(f"The least wall-clock time of {runs} runs of the whole program (reading the `.npy`, routing, writing "
-         f"the outputs), per `--threads`, the settings in turn, after one run each to warm the files; `ssr-example-logits --out L.npy "
-         f"--rows M --experts N` makes the logits, then for each policy and T in 1, 2, 0 (0: the backend's "
-         f"choice):")
+         f"the outputs), per `--threads`, the settings in turn, after one run each to warm the files; "
+         f"`ssr-example-logits --out L.npy --rows M --experts N` makes the logits, then for each policy and T in "
+         f"1, 2, 0 (0: the program's choice, one thread below about 2M logits):")
     emit()
     emit("```sh")
     emit("build/examples/ssr-route --logits L.npy --out OUT --policy POLICY --threads T")
