@@ -15,7 +15,7 @@ A step whose binary is missing is left out with a line saying so.
 Usage (from the repository root, after `cmake --preset default && cmake --build build`, the native and MPI
 builds below, and scripts/python-env.sh with `.venv/bin/pip install pot`):
   python3 bench/report.py [--build build] [--native build-native] [--mpi build-mpi]
-                          [--python .venv/bin/python] [--out report.md] [--quick]
+                          [--python .venv/bin/python] [--out report.md] [--quick] [--route-runs 10]
   native: cmake -S . -B build-native -G Ninja -DCMAKE_BUILD_TYPE=Release -DSSR_NATIVE=ON \
             -DSSR_BUILD_TESTS=OFF -DSSR_BUILD_EXAMPLES=OFF -DSSR_ENABLE_XTENSOR=OFF
           cmake --build build-native --target ssr_bench
@@ -47,6 +47,7 @@ def parse_args():
     p.add_argument("--python", default=".venv/bin/python")
     p.add_argument("--out", help="also write the report to this file")
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--route-runs", type=int, default=10, help="rounds of ssr-route's settings (least time of each)")
     return p.parse_args()
 
 
@@ -194,7 +195,7 @@ def route_threads():
     if not section("### `ssr-route`", tool, gen):
         return
     shapes = [(24576, 16)] if ARGS.quick else [(24576, 16), (65536, 128), (1000000, 16)]
-    runs = 3 if ARGS.quick else 10
+    runs = 3 if ARGS.quick else ARGS.route_runs
     emit(f"The least wall-clock time of {runs} runs of the whole program (reading the `.npy`, routing, writing "
          f"the outputs), per `--threads`, the settings in turn, after one run each to warm the files; "
          f"`ssr-example-logits --out L.npy --rows M --experts N` makes the logits, then for each policy and T in "

@@ -230,8 +230,8 @@ xt::xtensor<T, 2> read_matrix(std::istream& in, std::uint64_t file_size, const s
     if (!in) throw UsageError(std::string(what) + " '" + path + "': cannot read its data");
   };
   // A file that holds T in C order and the host's byte order (little-endian: x86-64, aarch64), as numpy
-  // writes it, is read straight into the matrix: no second copy of the data, no pass over it (at
-  // 10^6 x 16 that pass and the copy's pages were a third of ssr-route's time).
+  // writes it, is read straight into the matrix: no second copy of the data, no pass over it (the whole
+  // program 2.0-2.8x as fast at 10^6 x 16: docs/performance.md, one thread and two).
   if (!h.big_endian && !h.fortran_order && h.itemsize == static_cast<int>(sizeof(T))) {
     read(out.data(), count * sizeof(T));
     return out;
