@@ -183,8 +183,27 @@ void BM_SinkhornIteration(benchmark::State& state) {
   bandwidth_counters(state, static_cast<double>(iterations) * static_cast<double>(m * n) * sizeof(float));
 }
 
-// A converged Sinkhorn top-k route (tol 1e-4): kernel build, iterations, plan top-k, load, sync.
-// Arguments: m, n, k, 1000 * xi.
+// The fused solve alone, converged (tol 1e-4, at most 100 iterations) from a built kernel: the part of
+// BM_SinkhornSolve's call that is the iterations. Arguments: m, n.
+void BM_SinkhornConvergedSolve(benchmark::State& state) {
+  const ssr::index_t m = state.range(0), n = state.range(1);
+  auto logk = logits<float>(m, n);
+  thrust::transform(logk.begin(), logk.end(), logk.begin(), [] __device__(float x) { return x / 0.5f; });
+  ssr::detail::Carve measure;
+  ssr::cuda::sinkhorn_layout<float>(measure, m, n);
+  thrust::device_vector<unsigned char> workspace(measure.bytes());
+  ssr::detail::Carve place(ptr(workspace), workspace.size());
+  auto buffers = ssr::cuda::sinkhorn_layout<float>(place, m, n);
+  buffers.logk = ptr(logk);
+  EventTimer timer;
+  timer.run(state, nullptr, [&] { ssr::cuda::sinkhorn_solve<float>(buffers, m, n, {0.5, 1e-4, 100}, nullptr); });
+  ssr::SolveStats last{};
+  check(cudaMemcpy(&last, buffers.stats, sizeof last, cudaMemcpyDeviceToHost), "stats");
+  state.counters["iterations"] = last.iterations;
+}
+
+// A converged Sinkhorn top-k route (tol 1e-4): finiteness check (when the last argument is 1), kernel build,
+// iterations, plan top-k, load, sync. Arguments: m, n, k, 1000 * xi, check.
 void BM_SinkhornSolve(benchmark::State& state) {
   const ssr::index_t m = state.range(0), n = state.range(1), k = state.range(2);
   const double xi = static_cast<double>(state.range(3)) / 1000;
@@ -193,10 +212,12 @@ void BM_SinkhornSolve(benchmark::State& state) {
   thrust::device_vector<float> weights(m * k);
   ssr::Router<ssr::SinkhornTopK, ssr::CudaBackend<float>> router(ssr::SinkhornTopK(static_cast<int>(k), ssr::Cost::linear, {xi, 1e-4, 100}));
   ssr::RouteInfo info;
+  ssr::CallOptions<cudaStream_t> options = ssr::CallOptions<cudaStream_t>{}.waiting();
+  options.check_finite = state.range(4) != 0;
   EventTimer timer;
   timer.run(state, nullptr, [&] {
     info = router.route({ptr(s), m, n}, ssr::Context::train(0), {{ptr(experts), m, k}, {ptr(weights), m, k}, {ptr(load), n}},
-                        ssr::CallOptions<cudaStream_t>{}.waiting());
+                        options);
   });
   state.counters["iterations"] = info.iterations;
   state.counters["err"] = info.marginal_error;
@@ -225,9 +246,11 @@ BENCHMARK(BM_RouteSoftmaxTopK)
     ->ArgsProduct({{24576}, {16}, {2}, {0, 1}})->Args({24576, 8, 2, 1})->Args({24576, 128, 1, 1})->Args({24576, 256, 8, 1})
     ->UseManualTime();
 BENCHMARK(BM_SinkhornIteration)->ArgsProduct({{24576, 1 << 20}, {8, 16, 128, 256}})->UseManualTime();
+BENCHMARK(BM_SinkhornConvergedSolve)->Args({24576, 16})->Args({1 << 20, 16})->UseManualTime();
 BENCHMARK(BM_SinkhornSolve)
-    ->Args({24576, 16, 2, 500})->Args({24576, 8, 2, 500})->Args({24576, 128, 1, 500})->Args({24576, 256, 8, 500})
-    ->Args({24576, 16, 2, 1000})->Args({24576, 16, 2, 100})->Args({1 << 20, 16, 2, 500})
+    ->Args({24576, 16, 2, 500, 1})->Args({24576, 8, 2, 500, 1})->Args({24576, 128, 1, 500, 1})->Args({24576, 256, 8, 500, 1})
+    ->Args({24576, 16, 2, 1000, 1})->Args({24576, 16, 2, 100, 1})->Args({1 << 20, 16, 2, 500, 1})
+    ->Args({24576, 16, 2, 500, 0})
     ->UseManualTime();
 
 BENCHMARK_MAIN();

@@ -115,13 +115,18 @@ def main():
                 print(f"{tag[:9]:>9} {m:>8} {n:>4} {k:>2} {seconds(b) * 1e6:9.1f} {t * 1e6:9.1f} {t / seconds(b):6.1f} "
                       f"{b['GB/s']:9.0f} {b['frac_copy']:8.2f}")
 
-    print("\nSinkhorn top-k, converged (tol 1e-4; ssr: Router<SinkhornTopK, CudaBackend<float>>; peer: Megatron-style loop)")
+    print("\nSinkhorn top-k, converged (tol 1e-4; ssr: Router<SinkhornTopK, CudaBackend<float>>, finiteness checked;"
+          " peer: Megatron-style loop)")
     print(f"{'m':>8} {'n':>4} {'k':>2} {'xi':>5} {'ssr us':>9} {'iters':>5} {'torch us':>9} {'iters':>5} {'ratio':>6}")
+    unchecked = []
     for name, b in ssr.items():
         if not name.startswith("BM_SinkhornSolve/"):
             continue
-        m, n, k, xi = (int(v) for v in name.split("/")[1:5])
+        m, n, k, xi, checked = (int(v) for v in name.split("/")[1:6])
         xi /= 1000
+        if not checked:
+            unchecked.append((m, n, k, xi, b))
+            continue
         s = logits(m, n)
         iters = megatron_sinkhorn_topk(s, k, xi)[2]
         t = cuda_time(lambda: megatron_sinkhorn_topk(s, k, xi), reps=20)
@@ -129,6 +134,18 @@ def main():
                      "ssr_iterations": b["iterations"], "torch_s": t, "torch_iterations": iters})
         print(f"{m:>8} {n:>4} {k:>2} {xi:5.2f} {seconds(b) * 1e6:9.1f} {int(b['iterations']):5d} {t * 1e6:9.1f} {iters:5d} "
               f"{t / seconds(b):6.1f}")
+
+    print("\nthe same route unchecked (no finiteness check), and the fused solve alone (converged, from a built kernel)")
+    for m, n, k, xi, b in unchecked:
+        rows.append({"what": "sinkhorn_route_unchecked", "m": m, "n": n, "k": k, "xi": xi, "ssr_s": seconds(b),
+                     "ssr_iterations": b["iterations"]})
+        print(f"{m:>8} {n:>4} {k:>2} {xi:5.2f} {seconds(b) * 1e6:9.1f} us  {int(b['iterations'])} iterations, route unchecked")
+    for name, b in ssr.items():
+        if name.startswith("BM_SinkhornConvergedSolve/"):
+            m, n = (int(v) for v in name.split("/")[1:3])
+            rows.append({"what": "sinkhorn_solve_alone", "m": m, "n": n, "ssr_s": seconds(b),
+                         "ssr_iterations": b["iterations"]})
+            print(f"{m:>8} {n:>4}  2  0.50 {seconds(b) * 1e6:9.1f} us  {int(b['iterations'])} iterations, solve alone")
 
     print("\none fused Sinkhorn iteration (reads the m x n kernel once)")
     print(f"{'m':>8} {'n':>4} {'us/iter':>8} {'GB/s':>6} {'of copy':>8} {'of peak':>8}")
