@@ -161,18 +161,28 @@ void BM_RouteSoftmaxTopK(benchmark::State& state) {
   });
 }
 
+// The fused solve's buffers for an m x n kernel at logk, in a device workspace of their own.
+struct SolveWorkspace {
+  thrust::device_vector<unsigned char> bytes;
+  ssr::cuda::SinkhornBuffers<float> buffers;
+  SolveWorkspace(ssr::index_t m, ssr::index_t n, float* logk) {
+    ssr::detail::Carve measure;
+    ssr::cuda::sinkhorn_layout<float>(measure, m, n);
+    bytes.resize(measure.bytes());
+    ssr::detail::Carve place(ptr(bytes), bytes.size());
+    buffers = ssr::cuda::sinkhorn_layout<float>(place, m, n);
+    buffers.logk = logk;
+  }
+};
+
 // One Sinkhorn iteration of the fused solve (rows, columns, decision), from 20 iterations run with tol = 0
 // (the solve's one exp pass, which builds Q from K, included). Arguments: m, n. Bytes: the m x n Q read once.
 void BM_SinkhornIteration(benchmark::State& state) {
   const ssr::index_t m = state.range(0), n = state.range(1);
   constexpr int iterations = 20;
   auto logk = logits<float>(m, n);
-  ssr::detail::Carve measure;
-  ssr::cuda::sinkhorn_layout<float>(measure, m, n);
-  thrust::device_vector<unsigned char> workspace(measure.bytes());
-  ssr::detail::Carve place(ptr(workspace), workspace.size());
-  auto buffers = ssr::cuda::sinkhorn_layout<float>(place, m, n);
-  buffers.logk = ptr(logk);
+  SolveWorkspace solve(m, n, ptr(logk));
+  const auto& buffers = solve.buffers;
   EventTimer timer;
   timer.run(state, nullptr, [&] { ssr::cuda::sinkhorn_solve<float>(buffers, m, n, {0.5, 1e-300, iterations}, nullptr); });
   ssr::SolveStats last{};
@@ -189,12 +199,8 @@ void BM_SinkhornConvergedSolve(benchmark::State& state) {
   const ssr::index_t m = state.range(0), n = state.range(1);
   auto logk = logits<float>(m, n);
   thrust::transform(logk.begin(), logk.end(), logk.begin(), [] __device__(float x) { return x / 0.5f; });
-  ssr::detail::Carve measure;
-  ssr::cuda::sinkhorn_layout<float>(measure, m, n);
-  thrust::device_vector<unsigned char> workspace(measure.bytes());
-  ssr::detail::Carve place(ptr(workspace), workspace.size());
-  auto buffers = ssr::cuda::sinkhorn_layout<float>(place, m, n);
-  buffers.logk = ptr(logk);
+  SolveWorkspace solve(m, n, ptr(logk));
+  const auto& buffers = solve.buffers;
   EventTimer timer;
   timer.run(state, nullptr, [&] { ssr::cuda::sinkhorn_solve<float>(buffers, m, n, {0.5, 1e-4, 100}, nullptr); });
   ssr::SolveStats last{};
