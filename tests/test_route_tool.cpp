@@ -323,6 +323,11 @@ TEST_CASE("ssr-route reads big-endian and Fortran-ordered .npy files as numpy do
   write_npy(dir / "v2.npy", "{'descr': '<f8', 'fortran_order': False, " + shape, npy_payload<double>(row_major, false), 2);
   write_npy(dir / "c32.npy", "{'descr': '<f4', 'fortran_order': False, " + shape, npy_payload<float>(row_major, false));
   write_npy(dir / "big32.npy", "{'descr': '>f4', 'fortran_order': False, " + shape, npy_payload<float>(row_major, true));
+  // A header numpy would not write, its data at an odd offset: read, where "c" is mapped as it lies.
+  std::string odd = "{'descr': '<f8', 'fortran_order': False, " + shape;
+  if ((10 + odd.size() + 1) % 2 == 0) odd += ' ';
+  odd += '\n';
+  write_npy(dir / "unaligned.npy", odd, npy_payload<double>(row_major, false), 1, true);
   const auto route = [&](const std::string& name) {
     const auto r = run_tool("--logits " + (dir / (name + ".npy")).string() + " --out " + (dir / name).string() +
                                 " --policy sinkhorn --dump-plan",
@@ -332,7 +337,7 @@ TEST_CASE("ssr-route reads big-endian and Fortran-ordered .npy files as numpy do
     return slurp_file(dir / name / "experts.npy") + slurp_file(dir / name / "weights.npy") + slurp_file(dir / name / "plan.npy");
   };
   const std::string expected = route("c");
-  for (const std::string name : {"big", "fortran", "big_fortran", "v2"}) CHECK(route(name) == expected);
+  for (const std::string name : {"big", "fortran", "big_fortran", "v2", "unaligned"}) CHECK(route(name) == expected);
   CHECK(route("big32") == route("c32"));
   fs::remove_all(dir);
 }

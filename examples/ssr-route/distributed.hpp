@@ -93,7 +93,7 @@ Shard<T> route_shard(const Options& o, Backend backend, Job<T>& job) {
   if (!s.noise.empty()) out.noise = {s.noise.data(), s.rows, n};
   if (!s.plan.empty()) out.plan = {s.plan.data(), s.rows, n};
   ssr::Router<ssr::SSRPolicy, Backend> router(job.policy, std::move(backend));
-  const ssr::ConstMatrixView<T> logits(job.logits.data() + s.begin * n, s.rows, n);
+  const ssr::ConstMatrixView<T> logits(job.in().data + s.begin * n, s.rows, n);
   job.info = router.route(logits, job.context(o).at_row(static_cast<std::uint64_t>(s.begin)), out,
                           ssr::CallOptions<ssr::HostStream>{}.across(world));
   if (!s.grad.empty())

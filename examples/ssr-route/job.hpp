@@ -1,5 +1,6 @@
-// One ssr-route run's data: the logits and dL/dw read from their files, the outputs routing fills, and
-// writing them (as one set, see Output) with the JSON summary.
+// One ssr-route run's data: the logits (mapped where the file holds them as they lie, else read) and dL/dw
+// from their files, the outputs routing fills, and writing them (as one set, see Output) with the JSON
+// summary.
 #pragma once
 
 #include <ssr/load_stats.hpp>
@@ -23,7 +24,9 @@ template <class T>
 struct Job {
   ssr::index_t m = 0, n = 0, k = 0;
   ssr::SSRPolicy policy;
-  xt::xtensor<T, 2> logits, grad_w, weights, noise, plan, grad_s;
+  MappedMatrix<T> mapped;    // the logits file, where it holds T as it lies; else
+  xt::xtensor<T, 2> logits;  // the logits read from it
+  xt::xtensor<T, 2> grad_w, weights, noise, plan, grad_s;
   xt::xtensor<std::int32_t, 2> experts;
   std::vector<std::int32_t> load;
   std::vector<float> expert_bias;  // --expert-bias: n finite floats (empty: none)
@@ -32,9 +35,15 @@ struct Job {
   // Reads the files and allocates the outputs; throws UsageError or ssr::Error for bad input.
   explicit Job(const Options& o) : policy(ssr::make_policy(o.router)) {
     check_output_dir(o.out);  // before the work, not after it
-    logits = load_matrix<T>(o.logits, "--logits");
-    m = static_cast<ssr::index_t>(logits.shape()[0]);
-    n = static_cast<ssr::index_t>(logits.shape()[1]);
+    mapped = MappedMatrix<T>::map(o.logits, "--logits");
+    if (!mapped.empty()) {
+      m = mapped.rows();
+      n = mapped.cols();
+    } else {
+      logits = load_matrix<T>(o.logits, "--logits");
+      m = static_cast<ssr::index_t>(logits.shape()[0]);
+      n = static_cast<ssr::index_t>(logits.shape()[1]);
+    }
     k = o.router.k;
     if (!o.grad_weights.empty()) {
       grad_w = load_matrix<T>(o.grad_weights, "--grad-weights");
@@ -59,7 +68,7 @@ struct Job {
     load.assign(static_cast<std::size_t>(n), 0);
   }
 
-  ssr::ConstMatrixView<T> in() const { return {logits.data(), m, n}; }
+  ssr::ConstMatrixView<T> in() const { return {mapped.empty() ? logits.data() : mapped.data(), m, n}; }
   // The command line's context with the expert bias (host memory).
   ssr::Context context(const Options& o) const {
     return expert_bias.empty() ? o.ctx : o.ctx.with_bias({expert_bias.data(), n});

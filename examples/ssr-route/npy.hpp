@@ -21,6 +21,18 @@
 
 #include "options.hpp"
 
+#if defined(__has_include)
+#if __has_include(<sys/mman.h>) && __has_include(<fcntl.h>) && __has_include(<unistd.h>)
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#define SSR_ROUTE_HAS_MMAP 1
+#endif
+#endif
+#ifndef SSR_ROUTE_HAS_MMAP
+#define SSR_ROUTE_HAS_MMAP 0
+#endif
+
 namespace ssr_route {
 
 namespace fs = std::filesystem;
@@ -210,6 +222,26 @@ inline NpyHeader read_npy_header(const std::string& path) {
   return read_npy_header(in, file_size_of(path), path);
 }
 
+// The rows and columns of a checked header with `dims` dimensions (1: one row), in the index range.
+inline std::pair<std::uint64_t, std::uint64_t> matrix_shape(const NpyHeader& h, const std::string& path, const char* what,
+                                                            std::size_t dims) {
+  if (h.shape.size() != dims)
+    throw UsageError(std::string(what) + " '" + path + "' has " + std::to_string(h.shape.size()) + " dimensions; expected " +
+                     std::to_string(dims));
+  const std::uint64_t rows = dims == 1 ? 1 : h.shape[0], cols = h.shape[dims - 1];
+  if (rows > static_cast<std::uint64_t>(std::numeric_limits<ssr::index_t>::max()) ||
+      cols > static_cast<std::uint64_t>(std::numeric_limits<ssr::index_t>::max()))
+    throw UsageError(std::string(what) + " '" + path + "' has a dimension beyond the index range");
+  return {rows, cols};
+}
+
+// Whether the data of a file with header h is T in C order and the host's byte order (little-endian:
+// x86-64, aarch64), as numpy writes it, so that it can be used as it lies.
+template <class T>
+bool holds_native(const NpyHeader& h) {
+  return !h.big_endian && !h.fortran_order && h.itemsize == static_cast<int>(sizeof(T));
+}
+
 // A 2-d float32 or float64 .npy file of file_size bytes read from in as a row-major T matrix: any byte
 // order, C or Fortran order; with dims = 1, a 1-d file read as a matrix of one row. what and path name
 // the file in errors.
@@ -217,13 +249,8 @@ template <class T>
 xt::xtensor<T, 2> read_matrix(std::istream& in, std::uint64_t file_size, const std::string& path, const char* what,
                               std::size_t dims = 2) {
   const NpyHeader h = read_npy_header(in, file_size, path);
-  if (h.shape.size() != dims)
-    throw UsageError(std::string(what) + " '" + path + "' has " + std::to_string(h.shape.size()) + " dimensions; expected " +
-                     std::to_string(dims));
-  const std::uint64_t rows = dims == 1 ? 1 : h.shape[0], cols = h.shape[dims - 1], count = rows * cols;
-  if (rows > static_cast<std::uint64_t>(std::numeric_limits<ssr::index_t>::max()) ||
-      cols > static_cast<std::uint64_t>(std::numeric_limits<ssr::index_t>::max()))
-    throw UsageError(std::string(what) + " '" + path + "' has a dimension beyond the index range");
+  const auto [rows, cols] = matrix_shape(h, path, what, dims);
+  const std::uint64_t count = rows * cols;
   xt::xtensor<T, 2> out({static_cast<std::size_t>(rows), static_cast<std::size_t>(cols)});
   const auto read = [&](void* to, std::uint64_t bytes) {
     in.read(static_cast<char*>(to), static_cast<std::streamsize>(bytes));
@@ -232,7 +259,7 @@ xt::xtensor<T, 2> read_matrix(std::istream& in, std::uint64_t file_size, const s
   // A file that holds T in C order and the host's byte order (little-endian: x86-64, aarch64), as numpy
   // writes it, is read straight into the matrix: no second copy of the data, no pass over it (the whole
   // program 2.0-2.8x as fast at 10^6 x 16: docs/performance.md, one thread and two).
-  if (!h.big_endian && !h.fortran_order && h.itemsize == static_cast<int>(sizeof(T))) {
+  if (holds_native<T>(h)) {
     read(out.data(), count * sizeof(T));
     return out;
   }
@@ -266,6 +293,77 @@ xt::xtensor<T, 2> load_matrix(const std::string& path, const char* what, std::si
   if (!in) throw UsageError(std::string(what) + ": cannot open '" + path + "'");
   return read_matrix<T>(in, file_size_of(path), path, what, dims);
 }
+
+// A 2-d .npy file of T in C order and the host's byte order, mapped read-only: the router reads the page
+// cache's pages where they lie, with no copy into fresh pages the kernel would first clear. Empty where
+// the file holds anything else, its data is not aligned for T, or it cannot be mapped (then the caller
+// reads it). As with any mapping, the file must not shrink while mapped (a page past its end is SIGBUS).
+template <class T>
+class MappedMatrix {
+ public:
+  MappedMatrix() = default;
+  MappedMatrix(const MappedMatrix&) = delete;
+  MappedMatrix& operator=(const MappedMatrix&) = delete;
+  MappedMatrix(MappedMatrix&& o) noexcept { swap(o); }
+  MappedMatrix& operator=(MappedMatrix&& o) noexcept {
+    swap(o);
+    return *this;
+  }
+  ~MappedMatrix() {
+#if SSR_ROUTE_HAS_MMAP
+    if (base_ != nullptr) munmap(base_, bytes_);
+#endif
+  }
+
+  // Maps path when it holds such a matrix; a malformed file is a UsageError naming it, what and path.
+  static MappedMatrix map(const std::string& path, const char* what) {
+    MappedMatrix m;
+#if SSR_ROUTE_HAS_MMAP
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return m;  // the reader names the error
+    const std::uint64_t size = file_size_of(path);
+    const NpyHeader h = read_npy_header(in, size, path);
+    const auto [rows, cols] = matrix_shape(h, path, what, 2);
+    if (!holds_native<T>(h) || h.data_offset % alignof(T) != 0) return m;
+    const int fd = open(path.c_str(), O_RDONLY);
+    if (fd < 0) return m;
+    int flags = MAP_PRIVATE;
+#ifdef MAP_POPULATE
+    flags |= MAP_POPULATE;  // the whole file's pages mapped at once rather than a fault at a time
+#endif
+    void* base = mmap(nullptr, static_cast<std::size_t>(size), PROT_READ, flags, fd, 0);
+    close(fd);  // the mapping keeps the file
+    if (base == MAP_FAILED) return m;
+    m.base_ = base;
+    m.bytes_ = static_cast<std::size_t>(size);
+    m.data_ = reinterpret_cast<const T*>(static_cast<const unsigned char*>(base) + h.data_offset);
+    m.rows_ = static_cast<ssr::index_t>(rows);
+    m.cols_ = static_cast<ssr::index_t>(cols);
+#else
+    (void)path;
+    (void)what;
+#endif
+    return m;
+  }
+
+  bool empty() const { return base_ == nullptr; }
+  const T* data() const { return data_; }
+  ssr::index_t rows() const { return rows_; }
+  ssr::index_t cols() const { return cols_; }
+
+ private:
+  void swap(MappedMatrix& o) noexcept {
+    std::swap(base_, o.base_);
+    std::swap(bytes_, o.bytes_);
+    std::swap(data_, o.data_);
+    std::swap(rows_, o.rows_);
+    std::swap(cols_, o.cols_);
+  }
+  void* base_ = nullptr;
+  std::size_t bytes_ = 0;
+  const T* data_ = nullptr;
+  ssr::index_t rows_ = 0, cols_ = 0;
+};
 
 // A 1-d float32 or float64 .npy file as a vector of T.
 template <class T>
