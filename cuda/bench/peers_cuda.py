@@ -145,7 +145,7 @@ def main():
             m, n = (int(v) for v in name.split("/")[1:3])
             rows.append({"what": "sinkhorn_solve_alone", "m": m, "n": n, "ssr_s": seconds(b),
                          "ssr_iterations": b["iterations"]})
-            print(f"{m:>8} {n:>4}  2  0.50 {seconds(b) * 1e6:9.1f} us  {int(b['iterations'])} iterations, solve alone")
+            print(f"{m:>8} {n:>4}  -  0.50 {seconds(b) * 1e6:9.1f} us  {int(b['iterations'])} iterations, solve alone")
 
     print("\none fused Sinkhorn iteration (reads the m x n kernel once)")
     print(f"{'m':>8} {'n':>4} {'us/iter':>8} {'GB/s':>6} {'of copy':>8} {'of peak':>8}")

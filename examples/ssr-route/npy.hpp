@@ -256,8 +256,7 @@ xt::xtensor<T, 2> read_matrix(std::istream& in, std::uint64_t file_size, const s
     in.read(static_cast<char*>(to), static_cast<std::streamsize>(bytes));
     if (!in) throw UsageError(std::string(what) + " '" + path + "': cannot read its data");
   };
-  // A file that holds T in C order and the host's byte order (little-endian: x86-64, aarch64), as numpy
-  // writes it, is read straight into the matrix: no second copy of the data, no pass over it (the whole
+  // Such a file is read straight into the matrix: no second copy of the data, no pass over it (the whole
   // program 2.0-2.8x as fast at 10^6 x 16: docs/performance.md, one thread and two).
   if (holds_native<T>(h)) {
     read(out.data(), count * sizeof(T));
