@@ -1,11 +1,12 @@
 // CudaBackend<T>: routing on an NVIDIA GPU. Views hold device pointers. Fused kernels take the hot paths
 // (softmax top-k ranking the logits, k <= CudaTuning::fused_max_k; the Sinkhorn iterations in one
-// cooperative kernel for n up to 608, CudaTuning::sinkhorn_fits); the Thrust backend's algorithms take the
-// rest (selection by scores, bias or groups among them). Every kernel and copy of a call is ordered on
-// CallOptions::stream. A call waits for the host only where asked: the finiteness check reads one flag back
-// (off with check_finite = false), and the Sinkhorn path's statistics reach RouteInfo through Router::wait
-// (or CallOptions::wait). Workspace: the caller's, or the backend's own, allocated in stream order the first
-// time a shape needs more.
+// cooperative kernel for n up to 608, CudaTuning::sinkhorn_fits), and a group of lanes a row takes the
+// Sinkhorn route's kernel K without noise and its final top-k where no plan is asked (sinkhorn_rows.cuh);
+// the Thrust backend's algorithms take the rest (selection by scores, bias or groups among them). Every
+// kernel and copy of a call is ordered on CallOptions::stream. A call waits for the host only where
+// asked: the finiteness check reads one flag back (off with check_finite = false), and the Sinkhorn
+// path's statistics reach RouteInfo through Router::wait (or CallOptions::wait). Workspace: the caller's,
+// or the backend's own, allocated in stream order the first time a shape needs more.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -24,6 +25,7 @@
 #include "ssr/cuda/scalar.cuh"
 #include "ssr/cuda/scan.cuh"
 #include "ssr/cuda/sinkhorn.cuh"
+#include "ssr/cuda/sinkhorn_rows.cuh"
 #include "ssr/cuda/softmax_topk.cuh"
 #include "ssr/cuda/tuning.cuh"
 #include "ssr/detail/workspace.hpp"
@@ -87,10 +89,21 @@ class CudaBackend {
         alg::softmax_topk(exec, spec, s, out);
       }
     } else if (spec.path == Path::sinkhorn && rows > 0) {  // a rank without rows still joins the reductions
-      alg::sinkhorn_kernel(exec, spec, s, b.wide.logk, out.noise);
+      if (!spec.noisy() && out.noise.empty()) {
+        cuda::sinkhorn_kernel(s, spec, b.wide.logk, stream);
+      } else {
+        alg::sinkhorn_kernel(exec, spec, s, b.wide.logk, out.noise);
+      }
+      const auto plan_topk = [&](const T* logk, const double* g) {
+        if (spec.k <= CudaTuning::fused_max_k && out.plan.empty()) {
+          cuda::plan_topk(s, spec, logk, g, out.experts, out.weights, stream);
+        } else {
+          alg::plan_topk(exec, spec, s, logk, g, out);
+        }
+      };
       if (!options.communicator && CudaTuning::sinkhorn_fits(n)) {
         cuda::sinkhorn_solve(b.fused, m, n, spec.sinkhorn, stream);
-        alg::plan_topk(exec, spec, s, b.fused.logk, b.fused.g, out);
+        plan_topk(b.fused.logk, b.fused.g);
         info.pending = b.fused.stats;
       } else {  // the decision on the device; with ranks, read after each iteration (see docs/distributed.md)
         const auto read = [stream](const thrust_kernels::SolveState* state) {
@@ -101,7 +114,7 @@ class CudaBackend {
         };
         const SolveStats stats = alg::sinkhorn_iterate(exec, b.wide, m, rows, n, spec.sinkhorn, options.communicator,
                                                        stream, /*host_decides=*/false, read);
-        alg::plan_topk(exec, spec, s, b.wide.logk, b.wide.g, out);
+        plan_topk(b.wide.logk, b.wide.g);
         if (options.communicator) {
           info.set(stats);
         } else {

@@ -12,11 +12,11 @@
 #include <type_traits>
 
 #include "ssr/cuda/check.cuh"
+#include "ssr/cuda/lane_group.cuh"
 #include "ssr/cuda/scalar.cuh"
 #include "ssr/cuda/tuning.cuh"
 #include "ssr/math/cost.hpp"
 #include "ssr/math/noise.hpp"
-#include "ssr/math/topk.hpp"
 #include "ssr/math/weights.hpp"
 #include "ssr/spec.hpp"
 #include "ssr/view.hpp"
@@ -37,7 +37,6 @@ template <class In, class T, int K, int Lanes, bool Noisy>
 __global__ void softmax_topk_kernel(ConstMatrixView<In> s, RouteSpec spec, MatrixView<std::int32_t> experts,
                                     MatrixView<T> weights, MatrixView<T> noise) {
   using Score = std::conditional_t<Noisy, double, decltype(load(s.data))>;
-  constexpr unsigned all = 0xffffffffu;
   const int sub = threadIdx.x & (Lanes - 1);
   const index_t row = (static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x) / Lanes;
   // Groups past the last row stay to the end: the shuffles below need every lane of the warp.
@@ -60,57 +59,8 @@ __global__ void softmax_topk_kernel(ConstMatrixView<In> s, RouteSpec spec, Matri
     return c == c ? c : -INFINITY;
   };
 
-  // Each lane's best k of its columns j = sub, sub + Lanes, ..., in order, kept in registers: every index
-  // into best and idx is known at compile time (a bubble pass inserts, a shift pops).
-  Score best[K];
-  int idx[K];
-#pragma unroll
-  for (int r = 0; r < K; ++r) {
-    best[r] = -INFINITY;
-    idx[r] = 0x7fffffff;
-  }
-  for (index_t j = sub; j < n; j += Lanes) {
-    Score v = score(j);
-    int jv = static_cast<int>(j);
-#pragma unroll
-    for (int r = 0; r < K; ++r) {
-      if (r < k && math::ranks_before(v, jv, best[r], idx[r])) {
-        const Score tv = best[r];
-        const int tj = idx[r];
-        best[r] = v;
-        idx[r] = jv;
-        v = tv;
-        jv = tj;
-      }
-    }
-  }
-
-  // k rounds of an arg-max over the group's heads; the winning lane pops its head.
   int chosen[K];
-#pragma unroll
-  for (int r = 0; r < K; ++r) {
-    if (r >= k) break;
-    Score v = best[0];
-    int j = idx[0];
-    for (int o = Lanes / 2; o > 0; o >>= 1) {
-      const Score ov = __shfl_xor_sync(all, v, o, Lanes);
-      const int oj = __shfl_xor_sync(all, j, o, Lanes);
-      if (math::ranks_before(ov, oj, v, j)) {
-        v = ov;
-        j = oj;
-      }
-    }
-    if (idx[0] == j) {
-#pragma unroll
-      for (int q = 0; q + 1 < K; ++q) {
-        best[q] = best[q + 1];
-        idx[q] = idx[q + 1];
-      }
-      best[K - 1] = -INFINITY;
-      idx[K - 1] = 0x7fffffff;
-    }
-    chosen[r] = j;
-  }
+  group_topk<Score, K, Lanes>(n, k, sub, score, chosen);
   if (!live) return;
   if (sub == 0) {
     std::int32_t* out = experts.row(row);

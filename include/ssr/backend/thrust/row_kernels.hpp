@@ -34,6 +34,9 @@ struct RowCost {
         n(n_),
         row(row_),
         shift(math::cost_shift(n_, spec_.cost, [s_](index_t j) { return detail::to_double(s_[j]); })) {}
+  // With the row's shift computed elsewhere (math::cost_shift's bits).
+  SSR_HD RowCost(const RouteSpec& spec_, const In* s_, index_t n_, index_t row_, math::CostShift shift_)
+      : spec(spec_), s(s_), n(n_), row(row_), shift(shift_) {}
   SSR_HD double noise(index_t j) const { return math::noise_value(spec, row, n, j); }
   SSR_HD double operator()(index_t j) const {
     const double z = spec.noisy() ? noise(j) : 0.0;
@@ -91,6 +94,20 @@ struct KernelRow {
   }
 };
 
+// The weights w[0, k) of a row's chosen experts idx[0, k): the plan's (Pi over the chosen, renormalised), or
+// the scores' of the row's logits s.
+template <class In, class T, class LogPlan>
+SSR_HD void plan_weights(const RouteSpec& spec, const In* s, const std::int32_t* idx, const LogPlan& log_plan, T* w) {
+  const auto write = [w](int r, double v) { w[r] = static_cast<T>(v); };
+  if (spec.weights == Weights::plan) {
+    math::softmax_weights(
+        spec.k, [&](int r) { return log_plan(idx[r]); }, write);
+  } else {
+    math::score_weights(
+        spec.select.score, spec.k, [s, idx](int r) { return detail::to_double(s[idx[r]]); }, write);
+  }
+}
+
 // The final plan of row i, log Pi_ij = K_ij + g_j - logsumexp: top-k by log Pi, plan or score weights,
 // and the plan row when asked.
 template <class In, class T>
@@ -109,16 +126,7 @@ struct PlanRow {
     const auto log_plan = [krow, pot](index_t j) { return static_cast<double>(krow[j]) + pot[j]; };
     std::int32_t* idx = experts.row(i);
     math::topk(n, spec.k, idx, log_plan);
-    T* w = weights.row(i);
-    const auto write = [w](int r, double v) { w[r] = static_cast<T>(v); };
-    if (spec.weights == Weights::plan) {
-      math::softmax_weights(
-          spec.k, [&](int r) { return log_plan(idx[r]); }, write);  // Pi over T_i, renormalised
-    } else {
-      const In* row = s.row(i);
-      math::score_weights(
-          spec.select.score, spec.k, [row, idx](int r) { return detail::to_double(row[idx[r]]); }, write);
-    }
+    plan_weights(spec, s.row(i), idx, log_plan, weights.row(i));
     if (!plan.empty()) {
       const double lse = math::logsumexp(n, log_plan);
       for (index_t j = 0; j < n; ++j) plan(i, j) = static_cast<T>(std::exp(log_plan(j) - lse));

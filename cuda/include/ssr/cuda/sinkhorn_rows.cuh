@@ -1,0 +1,147 @@
+// The Sinkhorn route's row stages around the solve, a group of CudaTuning::lanes(n) lanes a row (lane_group.cuh)
+// reading and writing each row in runs of adjacent columns, where the Thrust backend's items give a thread
+// a row: the kernel K of costs without noise (thrust_kernels::KernelRow's formulas) and the final plan's
+// top-k with its weights (thrust_kernels::PlanRow's, without the plan's output). The same formulas in the
+// same order, so the same bits.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "ssr/backend/thrust/row_kernels.hpp"
+#include "ssr/cuda/check.cuh"
+#include "ssr/cuda/lane_group.cuh"
+#include "ssr/cuda/scalar.cuh"
+#include "ssr/cuda/tuning.cuh"
+#include "ssr/math/cost.hpp"
+#include "ssr/spec.hpp"
+#include "ssr/view.hpp"
+
+namespace ssr {
+namespace cuda {
+namespace detail {
+
+// The group's row, or none past the last row: such groups stay to the end, as the shuffles need every lane
+// of the warp.
+template <int Lanes>
+struct GroupRow {
+  int sub;
+  index_t row;
+  bool live;
+  __device__ explicit GroupRow(index_t rows)
+      : sub(static_cast<int>(threadIdx.x & (Lanes - 1))),
+        row((static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x) / Lanes),
+        live(row < rows) {}
+};
+
+template <class In, class T, int Lanes>
+__global__ void sinkhorn_kernel_rows(ConstMatrixView<In> s, RouteSpec spec, T* logk) {
+  const GroupRow<Lanes> group(s.rows);
+  const In* in = group.live ? s.row(group.row) : s.data;
+  const index_t n = group.live ? s.cols : 0;
+  const auto logit = [in](index_t j) { return ssr::detail::to_double(in[j]); };
+  const thrust_kernels::RowCost<In, T> cost(spec, in, n, group.row,
+                                            group_cost_shift<Lanes>(n, s.cols, spec.cost, group.sub, logit));
+  // math::kernel_shift: max(-B, the costs), std::max keeping the first of equals as group_first does.
+  double shift = -math::cost_bound<T>();
+  int at = -1;
+  for (index_t j = group.sub; j < n; j += Lanes) {
+    const double x = cost(j);
+    if (shift < x) {
+      shift = x;
+      at = static_cast<int>(j);
+    }
+  }
+  group_first<Lanes>(shift, at);
+  T* out = logk + group.row * n;
+  for (index_t j = group.sub; j < n; j += Lanes)
+    out[j] = static_cast<T>(math::kernel_value<T>(cost(j), shift, spec.sinkhorn.xi));
+}
+
+template <class In, class T, int K, int Lanes>
+__global__ void plan_topk_rows(ConstMatrixView<In> s, RouteSpec spec, const T* logk, const double* g,
+                               MatrixView<std::int32_t> experts, MatrixView<T> weights) {
+  const GroupRow<Lanes> group(s.rows);
+  const index_t n = group.live ? s.cols : 0;
+  const T* krow = logk + (group.live ? group.row * n : 0);
+  const auto log_plan = [krow, g](index_t j) { return static_cast<double>(krow[j]) + g[j]; };
+  int chosen[K];
+  group_topk<double, K, Lanes>(
+      n, spec.k, group.sub,
+      [&](index_t j) {
+        const double v = log_plan(j);
+        return v == v ? v : -INFINITY;
+      },
+      chosen);
+  if (!group.live || group.sub != 0) return;
+  std::int32_t* idx = experts.row(group.row);
+#pragma unroll
+  for (int r = 0; r < K; ++r)
+    if (r < spec.k) idx[r] = chosen[r];
+  thrust_kernels::plan_weights(spec, s.row(group.row), idx, log_plan, weights.row(group.row));
+}
+
+constexpr int row_threads = CudaTuning::softmax_threads;
+
+inline unsigned row_blocks(index_t rows, int lanes) {
+  return static_cast<unsigned>((rows * lanes + row_threads - 1) / row_threads);
+}
+
+template <class In, class T, int K>
+void launch_plan_topk(int lanes, ConstMatrixView<In> s, const RouteSpec& spec, const T* logk, const double* g,
+                      MatrixView<std::int32_t> experts, MatrixView<T> weights, cudaStream_t stream) {
+  const unsigned blocks = row_blocks(s.rows, lanes);
+  switch (lanes) {
+    case 4:
+      plan_topk_rows<In, T, K, 4><<<blocks, row_threads, 0, stream>>>(s, spec, logk, g, experts, weights);
+      break;
+    case 16:
+      plan_topk_rows<In, T, K, 16><<<blocks, row_threads, 0, stream>>>(s, spec, logk, g, experts, weights);
+      break;
+    default:
+      plan_topk_rows<In, T, K, 32><<<blocks, row_threads, 0, stream>>>(s, spec, logk, g, experts, weights);
+      break;
+  }
+}
+
+}  // namespace detail
+
+// logk (s.rows x s.cols) = the Sinkhorn kernel of the logits' costs, on stream; for specs without noise.
+template <class In, class T>
+void sinkhorn_kernel(ConstMatrixView<In> s, const RouteSpec& spec, T* logk, cudaStream_t stream) {
+  if (s.rows == 0) return;
+  constexpr int threads = detail::row_threads;
+  const int lanes = CudaTuning::lanes(s.cols);
+  const unsigned blocks = detail::row_blocks(s.rows, lanes);
+  switch (lanes) {
+    case 4:
+      detail::sinkhorn_kernel_rows<In, T, 4><<<blocks, threads, 0, stream>>>(s, spec, logk);
+      break;
+    case 16:
+      detail::sinkhorn_kernel_rows<In, T, 16><<<blocks, threads, 0, stream>>>(s, spec, logk);
+      break;
+    default:
+      detail::sinkhorn_kernel_rows<In, T, 32><<<blocks, threads, 0, stream>>>(s, spec, logk);
+      break;
+  }
+  check(cudaGetLastError(), "sinkhorn_kernel launch");
+}
+
+// The experts (top-k of log Pi_ij = K_ij + g_j) and their weights of every row, on stream; spec.k at most
+// CudaTuning::fused_max_k, and no plan asked.
+template <class In, class T>
+void plan_topk(ConstMatrixView<In> s, const RouteSpec& spec, const T* logk, const double* g,
+               MatrixView<std::int32_t> experts, MatrixView<T> weights, cudaStream_t stream) {
+  if (s.rows == 0) return;
+  const int lanes = CudaTuning::lanes(s.cols);
+  if (spec.k <= 2) {
+    detail::launch_plan_topk<In, T, 2>(lanes, s, spec, logk, g, experts, weights, stream);
+  } else {
+    detail::launch_plan_topk<In, T, CudaTuning::fused_max_k>(lanes, s, spec, logk, g, experts, weights, stream);
+  }
+  check(cudaGetLastError(), "plan_topk launch");
+}
+
+}  // namespace cuda
+}  // namespace ssr
