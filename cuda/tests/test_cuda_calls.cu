@@ -1,16 +1,24 @@
 // What the CUDA backend promises an engine beyond the property tests: half and bfloat16 logits through
 // Router, all of a call's work on the caller's stream and none on the default stream, capture of unchecked
-// calls in a CUDA graph (which also proves they allocate nothing and never wait), and repeatable bits.
+// calls in a CUDA graph (which also proves they allocate nothing and never wait), repeatable bits, and its
+// row-group kernels giving the bits of the Thrust items they stand in for.
 #include <catch2/catch.hpp>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <string>
 #include <chrono>
 #include <thread>
+#include <vector>
 
+#include <thrust/system/cuda/execution_policy.h>
+
+#include "ssr/backend/thrust/algorithms.hpp"
+#include "ssr/cuda/sinkhorn_rows.cuh"
 #include "support.hpp"
 
 using ssr::Context;
@@ -67,6 +75,63 @@ void require_low_precision_routes_as_float() {
   }
 }
 
+// The Sinkhorn kernel K and the plan's top-k with its weights, by sinkhorn_rows.cuh's groups of lanes and by
+// the Thrust backend's row items, on logits with ties and signed zeros, in rows that leave groups without a
+// row in the last warp: the same bytes.
+template <class T>
+void require_row_groups_match_row_items() {
+  namespace alg = ssr::thrust_algorithms;
+  const index_t m = 1001;
+  for (const index_t n : {1, 2, 3, 5, 16, 17, 40, 64, 65, 130, 608}) {
+    auto s = test::random_logits<T>(m, n, 2.0, static_cast<unsigned>(n), 1.0);
+    for (std::size_t e = 0; e < s.size(); ++e) {
+      s[e] = std::round(s[e] * 4) / 4;  // many ties within a row
+      if (e % 7 == 3) s[e] = e % 2 ? T(0) : -T(0);
+    }
+    std::vector<double> g(static_cast<std::size_t>(n));
+    for (index_t j = 0; j < n; ++j) g[j] = 0.125 * static_cast<double>((j * 5) % 7);  // ties in the plan too
+    test::Bytes logits(s.size() * sizeof(T), 0), pot(g.size() * sizeof(double), 0);
+    test::cuda_ok(cudaMemcpy(logits.data(), s.data(), s.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
+    test::cuda_ok(cudaMemcpy(pot.data(), g.data(), g.size() * sizeof(double), cudaMemcpyHostToDevice), "upload");
+    const ssr::ConstMatrixView<T> in{static_cast<const T*>(logits.data()), m, n};
+    const auto* gd = static_cast<const double*>(pot.data());
+    for (const ssr::Cost cost : {ssr::Cost::linear, ssr::Cost::softmax}) {
+      ssr::RouteSpec spec;
+      spec.path = ssr::Path::sinkhorn;
+      spec.cost = cost;
+      spec.sinkhorn.xi = 0.3;
+      test::Bytes ka(s.size() * sizeof(T), 0xff), kb(s.size() * sizeof(T), 0xff);
+      ssr::cuda::sinkhorn_kernel(in, spec, static_cast<T*>(ka.data()), cudaStream_t{});
+      alg::sinkhorn_kernel(thrust::cuda::par, spec, in, static_cast<T*>(kb.data()), ssr::MatrixView<T>{});
+      test::cuda_ok(cudaDeviceSynchronize(), "kernel");
+      INFO("n " << n << ", cost " << ssr::to_string(cost));
+      REQUIRE(ka.read() == kb.read());
+      const auto* logk = static_cast<const T*>(ka.data());
+      for (int k = 1; k <= std::min<index_t>(n, ssr::CudaTuning::fused_max_k); k += k < 3 ? 1 : 5) {
+        for (const auto weights : {ssr::Weights::plan, ssr::Weights::scores}) {
+          for (const auto score : {ssr::Score::softmax, ssr::Score::sigmoid}) {
+            spec.k = k;
+            spec.weights = weights;
+            spec.select.score = score;
+            const std::size_t chosen = static_cast<std::size_t>(m * k);
+            test::Bytes ea(chosen * 4, 0xff), eb(chosen * 4, 0xff), wa(chosen * sizeof(T), 0xff),
+                wb(chosen * sizeof(T), 0xff);
+            const ssr::MatrixView<std::int32_t> experts_a{static_cast<std::int32_t*>(ea.data()), m, k};
+            const ssr::MatrixView<T> weights_a{static_cast<T*>(wa.data()), m, k};
+            ssr::cuda::plan_topk(in, spec, logk, gd, experts_a, weights_a, cudaStream_t{});
+            const ssr::RouteOutputs<T> out_b{{static_cast<std::int32_t*>(eb.data()), m, k}, {static_cast<T*>(wb.data()), m, k}};
+            alg::plan_topk(thrust::cuda::par, spec, in, logk, gd, out_b);
+            test::cuda_ok(cudaDeviceSynchronize(), "plan top-k");
+            INFO("k " << k << ", weights " << ssr::to_string(weights) << ", score " << static_cast<int>(score));
+            CHECK(ea.read() == eb.read());
+            CHECK(wa.read() == wb.read());
+          }
+        }
+      }
+    }
+  }
+}
+
 __global__ void spin_until_set(volatile int* flag) {
   while (*flag == 0) __nanosleep(1000);
 }
@@ -76,6 +141,11 @@ __global__ void spin_until_set(volatile int* flag) {
 TEST_CASE("half and bfloat16 logits route through Router as float logits of the same values", "[cuda]") {
   require_low_precision_routes_as_float<__half>();
   require_low_precision_routes_as_float<__nv_bfloat16>();
+}
+
+TEST_CASE("the row-group kernels give the bits of the Thrust row items", "[cuda]") {
+  require_row_groups_match_row_items<float>();
+  require_row_groups_match_row_items<double>();
 }
 
 TEST_CASE("a call runs on the caller's stream and puts nothing on the default stream", "[cuda][stream]") {
