@@ -13,6 +13,7 @@
 #include <string>
 #include <chrono>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <thrust/system/cuda/execution_policy.h>
@@ -75,8 +76,9 @@ void require_low_precision_routes_as_float() {
   }
 }
 
-// The Sinkhorn kernel K and the plan's top-k with its weights, by sinkhorn_rows.cuh's groups of lanes and by
-// the Thrust backend's row items, on logits with ties and signed zeros, in rows that leave groups without a
+// The Sinkhorn kernel K (with and without noise, and the noise output) and the plan's top-k with its
+// weights, by sinkhorn_rows.cuh's groups of lanes and by the Thrust backend's row items, on logits with ties
+// and signed zeros, in rows that leave groups without a
 // row in the last warp: the same bytes.
 template <class T>
 void require_row_groups_match_row_items() {
@@ -95,17 +97,25 @@ void require_row_groups_match_row_items() {
     test::cuda_ok(cudaMemcpy(pot.data(), g.data(), g.size() * sizeof(double), cudaMemcpyHostToDevice), "upload");
     const ssr::ConstMatrixView<T> in{static_cast<const T*>(logits.data()), m, n};
     const auto* gd = static_cast<const double*>(pot.data());
-    for (const ssr::Cost cost : {ssr::Cost::linear, ssr::Cost::softmax}) {
+    for (const auto& [cost, alpha] : {std::pair{ssr::Cost::linear, 0.0}, std::pair{ssr::Cost::softmax, 0.0},
+                                       std::pair{ssr::Cost::linear, 0.4}, std::pair{ssr::Cost::softmax, 0.1}}) {
       ssr::RouteSpec spec;
       spec.path = ssr::Path::sinkhorn;
       spec.cost = cost;
+      spec.noise_alpha = alpha;
+      spec.seed = 5;
+      spec.step = 3;
       spec.sinkhorn.xi = 0.3;
-      test::Bytes ka(s.size() * sizeof(T), 0xff), kb(s.size() * sizeof(T), 0xff);
-      ssr::cuda::sinkhorn_kernel(in, spec, static_cast<T*>(ka.data()), cudaStream_t{});
-      alg::sinkhorn_kernel(thrust::cuda::par, spec, in, static_cast<T*>(kb.data()), ssr::MatrixView<T>{});
+      test::Bytes ka(s.size() * sizeof(T), 0xff), kb(s.size() * sizeof(T), 0xff), na(s.size() * sizeof(T), 0xff),
+          nb(s.size() * sizeof(T), 0xff);
+      ssr::cuda::sinkhorn_kernel(in, spec, static_cast<T*>(ka.data()), {static_cast<T*>(na.data()), m, n},
+                                 cudaStream_t{});
+      alg::sinkhorn_kernel(thrust::cuda::par, spec, in, static_cast<T*>(kb.data()),
+                           ssr::MatrixView<T>{static_cast<T*>(nb.data()), m, n});
       test::cuda_ok(cudaDeviceSynchronize(), "kernel");
-      INFO("n " << n << ", cost " << ssr::to_string(cost));
+      INFO("n " << n << ", cost " << ssr::to_string(cost) << ", alpha " << alpha);
       REQUIRE(ka.read() == kb.read());
+      CHECK(na.read() == nb.read());
       const auto* logk = static_cast<const T*>(ka.data());
       for (int k = 1; k <= std::min<index_t>(n, ssr::CudaTuning::fused_max_k); k += k < 3 ? 1 : 5) {
         for (const auto weights : {ssr::Weights::plan, ssr::Weights::scores}) {
@@ -122,7 +132,7 @@ void require_row_groups_match_row_items() {
             const ssr::RouteOutputs<T> out_b{{static_cast<std::int32_t*>(eb.data()), m, k}, {static_cast<T*>(wb.data()), m, k}};
             alg::plan_topk(thrust::cuda::par, spec, in, logk, gd, out_b);
             test::cuda_ok(cudaDeviceSynchronize(), "plan top-k");
-            INFO("k " << k << ", weights " << ssr::to_string(weights) << ", score " << static_cast<int>(score));
+            INFO("k " << k << ", weights " << ssr::to_string(weights) << ", score " << ssr::to_string(score));
             CHECK(ea.read() == eb.read());
             CHECK(wa.read() == wb.read());
           }

@@ -40,10 +40,16 @@ SSR_HD inline void noise_row(const RouteSpec& spec, index_t row, index_t n, doub
   }
 }
 
-// The noise output of a row of n elements: out[j] = z(j) where the call draws noise, 0 where it does not.
+// The noise output of element j: z(j) where the call draws noise, 0 where it does not.
+template <class T, class Noise>
+SSR_HD T noise_output_at(const RouteSpec& spec, const Noise& z, index_t j) {
+  return spec.noisy() ? static_cast<T>(z(j)) : T(0);
+}
+
+// The noise output of a row of n elements: out[j] = noise_output_at(j).
 template <class T, class Noise>
 SSR_HD void noise_output(const RouteSpec& spec, index_t n, const Noise& z, T* out) {
-  for (index_t j = 0; j < n; ++j) out[j] = spec.noisy() ? static_cast<T>(z(j)) : T(0);
+  for (index_t j = 0; j < n; ++j) out[j] = noise_output_at<T>(spec, z, j);
 }
 
 }  // namespace math

@@ -1,7 +1,7 @@
 // CudaBackend<T>: routing on an NVIDIA GPU. Views hold device pointers. Fused kernels take the hot paths
 // (softmax top-k ranking the logits, k <= CudaTuning::fused_max_k; the Sinkhorn iterations in one
 // cooperative kernel for n up to 608, CudaTuning::sinkhorn_fits), and a group of lanes a row takes the
-// Sinkhorn route's kernel K without noise and its final top-k where no plan is asked (sinkhorn_rows.cuh);
+// Sinkhorn route's kernel K and its final top-k where no plan is asked (sinkhorn_rows.cuh);
 // the Thrust backend's algorithms take the rest (selection by scores, bias or groups among them). Every
 // kernel and copy of a call is ordered on CallOptions::stream. A call waits for the host only where
 // asked: the finiteness check reads one flag back (off with check_finite = false), and the Sinkhorn
@@ -89,11 +89,7 @@ class CudaBackend {
         alg::softmax_topk(exec, spec, s, out);
       }
     } else if (spec.path == Path::sinkhorn && rows > 0) {  // a rank without rows still joins the reductions
-      if (!spec.noisy() && out.noise.empty()) {
-        cuda::sinkhorn_kernel(s, spec, b.wide.logk, stream);
-      } else {
-        alg::sinkhorn_kernel(exec, spec, s, b.wide.logk, out.noise);
-      }
+      cuda::sinkhorn_kernel(s, spec, b.wide.logk, out.noise, stream);
       const auto plan_topk = [&](const T* logk, const double* g) {
         if (spec.k <= CudaTuning::fused_max_k && out.plan.empty()) {
           cuda::plan_topk(s, spec, logk, g, out.experts, out.weights, stream);

@@ -1,6 +1,6 @@
 // The Sinkhorn route's row stages around the solve, a group of CudaTuning::lanes(n) lanes a row (lane_group.cuh)
 // reading and writing each row in runs of adjacent columns, where the Thrust backend's items give a thread
-// a row: the kernel K of costs without noise (thrust_kernels::KernelRow's formulas) and the final plan's
+// a row: the kernel K of the costs and the noise (thrust_kernels::KernelRow's formulas) and the final plan's
 // top-k with its weights (thrust_kernels::PlanRow's, without the plan's output). The same formulas in the
 // same order, so the same bits.
 #pragma once
@@ -15,6 +15,7 @@
 #include "ssr/cuda/scalar.cuh"
 #include "ssr/cuda/tuning.cuh"
 #include "ssr/math/cost.hpp"
+#include "ssr/math/noise.hpp"
 #include "ssr/spec.hpp"
 #include "ssr/view.hpp"
 
@@ -36,7 +37,7 @@ struct GroupRow {
 };
 
 template <class In, class T, int Lanes>
-__global__ void sinkhorn_kernel_rows(ConstMatrixView<In> s, RouteSpec spec, T* logk) {
+__global__ void sinkhorn_kernel_rows(ConstMatrixView<In> s, RouteSpec spec, T* logk, MatrixView<T> noise) {
   const GroupRow<Lanes> group(s.rows);
   const In* in = group.live ? s.row(group.row) : s.data;
   const index_t n = group.live ? s.cols : 0;
@@ -57,6 +58,10 @@ __global__ void sinkhorn_kernel_rows(ConstMatrixView<In> s, RouteSpec spec, T* l
   T* out = logk + group.row * n;
   for (index_t j = group.sub; j < n; j += Lanes)
     out[j] = static_cast<T>(math::kernel_value<T>(cost(j), shift, spec.sinkhorn.xi));
+  if (!noise.empty())
+    for (index_t j = group.sub; j < n; j += Lanes)
+      noise(group.row, j) = math::noise_output_at<T>(
+          spec, [&cost](index_t c) { return cost.noise(c); }, j);
 }
 
 template <class In, class T, int K, int Lanes>
@@ -107,22 +112,22 @@ void launch_plan_topk(int lanes, ConstMatrixView<In> s, const RouteSpec& spec, c
 
 }  // namespace detail
 
-// logk (s.rows x s.cols) = the Sinkhorn kernel of the logits' costs, on stream; for specs without noise.
+// logk (s.rows x s.cols) = the Sinkhorn kernel of the logits' costs, and the noise when asked, on stream.
 template <class In, class T>
-void sinkhorn_kernel(ConstMatrixView<In> s, const RouteSpec& spec, T* logk, cudaStream_t stream) {
+void sinkhorn_kernel(ConstMatrixView<In> s, const RouteSpec& spec, T* logk, MatrixView<T> noise, cudaStream_t stream) {
   if (s.rows == 0) return;
   constexpr int threads = detail::row_threads;
   const int lanes = CudaTuning::lanes(s.cols);
   const unsigned blocks = detail::row_blocks(s.rows, lanes);
   switch (lanes) {
     case 4:
-      detail::sinkhorn_kernel_rows<In, T, 4><<<blocks, threads, 0, stream>>>(s, spec, logk);
+      detail::sinkhorn_kernel_rows<In, T, 4><<<blocks, threads, 0, stream>>>(s, spec, logk, noise);
       break;
     case 16:
-      detail::sinkhorn_kernel_rows<In, T, 16><<<blocks, threads, 0, stream>>>(s, spec, logk);
+      detail::sinkhorn_kernel_rows<In, T, 16><<<blocks, threads, 0, stream>>>(s, spec, logk, noise);
       break;
     default:
-      detail::sinkhorn_kernel_rows<In, T, 32><<<blocks, threads, 0, stream>>>(s, spec, logk);
+      detail::sinkhorn_kernel_rows<In, T, 32><<<blocks, threads, 0, stream>>>(s, spec, logk, noise);
       break;
   }
   check(cudaGetLastError(), "sinkhorn_kernel launch");
