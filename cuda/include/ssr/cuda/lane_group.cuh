@@ -17,6 +17,19 @@ namespace detail {
 
 constexpr unsigned all_lanes = 0xffffffffu;
 
+// A group's row (Lanes consecutive threads a group, the rows in thread order), or none past the last row:
+// such groups stay to the end, as the shuffles need every lane of the warp.
+template <int Lanes>
+struct GroupRow {
+  int sub;
+  index_t row;
+  bool live;
+  __device__ explicit GroupRow(index_t rows)
+      : sub(static_cast<int>(threadIdx.x & (Lanes - 1))),
+        row((static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x) / Lanes),
+        live(row < rows) {}
+};
+
 // The group's first (v, j) in math::ranks_before's order (the larger value; among equals the lower index),
 // into every lane's v and j.
 template <int Lanes, class V>

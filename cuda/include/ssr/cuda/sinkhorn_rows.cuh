@@ -23,19 +23,6 @@ namespace ssr {
 namespace cuda {
 namespace detail {
 
-// The group's row, or none past the last row: such groups stay to the end, as the shuffles need every lane
-// of the warp.
-template <int Lanes>
-struct GroupRow {
-  int sub;
-  index_t row;
-  bool live;
-  __device__ explicit GroupRow(index_t rows)
-      : sub(static_cast<int>(threadIdx.x & (Lanes - 1))),
-        row((static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x) / Lanes),
-        live(row < rows) {}
-};
-
 template <class In, class T, int Lanes>
 __global__ void sinkhorn_kernel_rows(ConstMatrixView<In> s, RouteSpec spec, T* logk, MatrixView<T> noise) {
   const GroupRow<Lanes> group(s.rows);

@@ -3,7 +3,8 @@
 // one lane writes the experts and the score weights (math::softmax_weights, in double).
 // Logits may be float, double, __half or __nv_bfloat16. Without noise the ranking compares the logits in
 // float (double for double), which is exact; with noise it compares the costs of ssr/math/cost.hpp in
-// double, each lane computing the row's shift in index order, so experts match the other backends.
+// double, the row's shift by the group (group_cost_shift: math::cost_shift's bits), so experts match the
+// other backends.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -37,16 +38,18 @@ template <class In, class T, int K, int Lanes, bool Noisy>
 __global__ void softmax_topk_kernel(ConstMatrixView<In> s, RouteSpec spec, MatrixView<std::int32_t> experts,
                                     MatrixView<T> weights, MatrixView<T> noise) {
   using Score = std::conditional_t<Noisy, double, decltype(load(s.data))>;
-  const int sub = threadIdx.x & (Lanes - 1);
-  const index_t row = (static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x) / Lanes;
-  // Groups past the last row stay to the end: the shuffles below need every lane of the warp.
-  const bool live = row < s.rows;
+  const GroupRow<Lanes> group(s.rows);
+  const int sub = group.sub;
+  const index_t row = group.row;
+  const bool live = group.live;
   const In* in = live ? s.row(row) : s.data;
   const index_t n = live ? s.cols : 0;
   const int k = spec.k;
 
   math::CostShift shift{0, 1};
-  if (Noisy) shift = math::cost_shift(n, spec.cost, [in](index_t j) { return ssr::detail::to_double(in[j]); });
+  if (Noisy)
+    shift =
+        group_cost_shift<Lanes>(n, s.cols, spec.cost, sub, [in](index_t j) { return ssr::detail::to_double(in[j]); });
   // NaN (unchecked non-finite logits) ranks as -inf, so every chosen index is a column of the row.
   auto score = [&](index_t j) -> Score {
     if (!Noisy) {
