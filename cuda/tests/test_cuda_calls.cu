@@ -20,6 +20,7 @@
 
 #include "ssr/backend/thrust/algorithms.hpp"
 #include "ssr/cuda/sinkhorn_rows.cuh"
+#include "ssr/cuda/softmax_topk.cuh"
 #include "support.hpp"
 
 using ssr::Context;
@@ -77,9 +78,9 @@ void require_low_precision_routes_as_float() {
 }
 
 // The Sinkhorn kernel K (with and without noise, and the noise output) and the plan's top-k with its
-// weights, by sinkhorn_rows.cuh's groups of lanes and by the Thrust backend's row items, on logits with ties
-// and signed zeros, in rows that leave groups without a
-// row in the last warp: the same bytes.
+// weights, by sinkhorn_rows.cuh's groups of lanes, and the fused noisy softmax top-k (its row shift the
+// group's too), against the Thrust backend's row items, on logits with ties and signed zeros, in rows that
+// leave groups without a row in the last warp: the same bytes.
 template <class T>
 void require_row_groups_match_row_items() {
   namespace alg = ssr::thrust_algorithms;
@@ -116,6 +117,27 @@ void require_row_groups_match_row_items() {
       INFO("n " << n << ", cost " << ssr::to_string(cost) << ", alpha " << alpha);
       REQUIRE(ka.read() == kb.read());
       CHECK(na.read() == nb.read());
+      if (alpha > 0) {
+        ssr::RouteSpec soft = spec;
+        soft.path = ssr::Path::softmax;
+        soft.k = static_cast<int>(std::min<index_t>(n, 3));
+        const std::size_t chosen = static_cast<std::size_t>(m * soft.k);
+        test::Bytes ea(chosen * 4, 0xff), eb(chosen * 4, 0xff), wa(chosen * sizeof(T), 0xff),
+            wb(chosen * sizeof(T), 0xff);
+        ssr::cuda::softmax_topk(in, soft, ssr::MatrixView<std::int32_t>{static_cast<std::int32_t*>(ea.data()), m, soft.k},
+                                ssr::MatrixView<T>{static_cast<T*>(wa.data()), m, soft.k},
+                                ssr::MatrixView<T>{static_cast<T*>(na.data()), m, n}, cudaStream_t{});
+        const ssr::RouteOutputs<T> out_b{{static_cast<std::int32_t*>(eb.data()), m, soft.k},
+                                         {static_cast<T*>(wb.data()), m, soft.k},
+                                         {},
+                                         {},
+                                         {static_cast<T*>(nb.data()), m, n}};
+        alg::softmax_topk(thrust::cuda::par, soft, in, out_b);
+        test::cuda_ok(cudaDeviceSynchronize(), "softmax top-k");
+        CHECK(ea.read() == eb.read());
+        CHECK(wa.read() == wb.read());
+        CHECK(na.read() == nb.read());
+      }
       const auto* logk = static_cast<const T*>(ka.data());
       for (int k = 1; k <= std::min<index_t>(n, ssr::CudaTuning::fused_max_k); k += k < 3 ? 1 : 5) {
         for (const auto weights : {ssr::Weights::plan, ssr::Weights::scores}) {
