@@ -6,6 +6,9 @@
 
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
+#include "ssr/cuda/tuning.cuh"
 #include "ssr/math/cost.hpp"
 #include "ssr/math/exp.hpp"
 #include "ssr/math/topk.hpp"
@@ -44,22 +47,30 @@ __device__ void group_first(V& v, int& j) {
   }
 }
 
-// math::cost_shift of a row of n columns (n = 0 for a group without a row; s(j) its logit j as a double), in
-// every lane: the top by group_first (the same value in any order), the softmax cost's sum in index order,
-// each lane's term of a run of Lanes columns passed along the group one lane at a time. cols, the same in
-// every group, bounds the runs.
-template <int Lanes, class Logit>
-__device__ math::CostShift group_cost_shift(index_t n, index_t cols, Cost cost, int sub, const Logit& s) {
-  math::CostShift shift{-INFINITY, 1.0};
-  int at = -1;  // std::max keeps the first of equal values (+0 and -0): the lowest index, -1 the start
+// max(start, value(j) over the row's n columns) in every lane, with std::max's bits in index order: NaN
+// skipped, and of equal values (+0 and -0) the first, as the group's first of (value, index) pairs, the
+// start's index -1.
+template <int Lanes, class Value>
+__device__ double group_max(index_t n, int sub, double start, const Value& value) {
+  double top = start;
+  int at = -1;
   for (index_t j = sub; j < n; j += Lanes) {
-    const double v = s(j);
-    if (shift.top < v) {
-      shift.top = v;
+    const double v = value(j);
+    if (top < v) {
+      top = v;
       at = static_cast<int>(j);
     }
   }
-  group_first<Lanes>(shift.top, at);
+  group_first<Lanes>(top, at);
+  return top;
+}
+
+// math::cost_shift of a row of n columns (n = 0 for a group without a row; s(j) its logit j as a double), in
+// every lane: the top by group_max, the softmax cost's sum in index order, each lane's term of a run of
+// Lanes columns passed along the group one lane at a time. cols, the same in every group, bounds the runs.
+template <int Lanes, class Logit>
+__device__ math::CostShift group_cost_shift(index_t n, index_t cols, Cost cost, int sub, const Logit& s) {
+  math::CostShift shift{group_max<Lanes>(n, sub, -INFINITY, s), 1.0};
   if (cost == Cost::softmax) {
     shift.sum = 0;
     for (index_t base = 0; base < cols; base += Lanes) {
@@ -119,6 +130,39 @@ __device__ void group_topk(index_t n, int k, int sub, const ScoreOf& score, int 
       idx[K - 1] = 0x7fffffff;
     }
     chosen[r] = j;
+  }
+}
+
+// Threads a block of a row-group kernel, and the blocks that give each of `rows` rows a group of `lanes`.
+constexpr int group_threads = CudaTuning::softmax_threads;
+inline unsigned group_blocks(index_t rows, int lanes) {
+  return static_cast<unsigned>((rows * lanes + group_threads - 1) / group_threads);
+}
+
+// f(std::integral_constant<int, Lanes>{}) for the lanes a row of n columns takes (CudaTuning::lanes).
+template <class F>
+void with_lanes(index_t n, const F& f) {
+  switch (CudaTuning::lanes(n)) {
+    case 4:
+      f(std::integral_constant<int, 4>{});
+      break;
+    case 16:
+      f(std::integral_constant<int, 16>{});
+      break;
+    default:
+      f(std::integral_constant<int, 32>{});
+      break;
+  }
+}
+
+// f(std::integral_constant<int, K>{}) for the lists a top-k of k <= CudaTuning::fused_max_k keeps: 2 for
+// k <= 2, else fused_max_k.
+template <class F>
+void with_list_length(int k, const F& f) {
+  if (k <= 2) {
+    f(std::integral_constant<int, 2>{});
+  } else {
+    f(std::integral_constant<int, CudaTuning::fused_max_k>{});
   }
 }
 

@@ -13,7 +13,6 @@
 #include "ssr/cuda/check.cuh"
 #include "ssr/cuda/lane_group.cuh"
 #include "ssr/cuda/scalar.cuh"
-#include "ssr/cuda/tuning.cuh"
 #include "ssr/math/cost.hpp"
 #include "ssr/math/noise.hpp"
 #include "ssr/spec.hpp"
@@ -31,17 +30,7 @@ __global__ void sinkhorn_kernel_rows(ConstMatrixView<In> s, RouteSpec spec, T* l
   const auto logit = [in](index_t j) { return ssr::detail::to_double(in[j]); };
   const thrust_kernels::RowCost<In, T> cost(spec, in, n, group.row,
                                             group_cost_shift<Lanes>(n, s.cols, spec.cost, group.sub, logit));
-  // math::kernel_shift: max(-B, the costs), std::max keeping the first of equals as group_first does.
-  double shift = -math::cost_bound<T>();
-  int at = -1;
-  for (index_t j = group.sub; j < n; j += Lanes) {
-    const double x = cost(j);
-    if (shift < x) {
-      shift = x;
-      at = static_cast<int>(j);
-    }
-  }
-  group_first<Lanes>(shift, at);
+  const double shift = group_max<Lanes>(n, group.sub, -math::cost_bound<T>(), cost);  // math::kernel_shift
   T* out = logk + group.row * n;
   for (index_t j = group.sub; j < n; j += Lanes)
     out[j] = static_cast<T>(math::kernel_value<T>(cost(j), shift, spec.sinkhorn.xi));
@@ -74,49 +63,17 @@ __global__ void plan_topk_rows(ConstMatrixView<In> s, RouteSpec spec, const T* l
   thrust_kernels::plan_weights(spec, s.row(group.row), idx, log_plan, weights.row(group.row));
 }
 
-constexpr int row_threads = CudaTuning::softmax_threads;
-
-inline unsigned row_blocks(index_t rows, int lanes) {
-  return static_cast<unsigned>((rows * lanes + row_threads - 1) / row_threads);
-}
-
-template <class In, class T, int K>
-void launch_plan_topk(int lanes, ConstMatrixView<In> s, const RouteSpec& spec, const T* logk, const double* g,
-                      MatrixView<std::int32_t> experts, MatrixView<T> weights, cudaStream_t stream) {
-  const unsigned blocks = row_blocks(s.rows, lanes);
-  switch (lanes) {
-    case 4:
-      plan_topk_rows<In, T, K, 4><<<blocks, row_threads, 0, stream>>>(s, spec, logk, g, experts, weights);
-      break;
-    case 16:
-      plan_topk_rows<In, T, K, 16><<<blocks, row_threads, 0, stream>>>(s, spec, logk, g, experts, weights);
-      break;
-    default:
-      plan_topk_rows<In, T, K, 32><<<blocks, row_threads, 0, stream>>>(s, spec, logk, g, experts, weights);
-      break;
-  }
-}
-
 }  // namespace detail
 
 // logk (s.rows x s.cols) = the Sinkhorn kernel of the logits' costs, and the noise when asked, on stream.
 template <class In, class T>
 void sinkhorn_kernel(ConstMatrixView<In> s, const RouteSpec& spec, T* logk, MatrixView<T> noise, cudaStream_t stream) {
   if (s.rows == 0) return;
-  constexpr int threads = detail::row_threads;
-  const int lanes = CudaTuning::lanes(s.cols);
-  const unsigned blocks = detail::row_blocks(s.rows, lanes);
-  switch (lanes) {
-    case 4:
-      detail::sinkhorn_kernel_rows<In, T, 4><<<blocks, threads, 0, stream>>>(s, spec, logk, noise);
-      break;
-    case 16:
-      detail::sinkhorn_kernel_rows<In, T, 16><<<blocks, threads, 0, stream>>>(s, spec, logk, noise);
-      break;
-    default:
-      detail::sinkhorn_kernel_rows<In, T, 32><<<blocks, threads, 0, stream>>>(s, spec, logk, noise);
-      break;
-  }
+  detail::with_lanes(s.cols, [&](auto lanes) {
+    constexpr int Lanes = decltype(lanes)::value;
+    detail::sinkhorn_kernel_rows<In, T, Lanes>
+        <<<detail::group_blocks(s.rows, Lanes), detail::group_threads, 0, stream>>>(s, spec, logk, noise);
+  });
   check(cudaGetLastError(), "sinkhorn_kernel launch");
 }
 
@@ -126,12 +83,14 @@ template <class In, class T>
 void plan_topk(ConstMatrixView<In> s, const RouteSpec& spec, const T* logk, const double* g,
                MatrixView<std::int32_t> experts, MatrixView<T> weights, cudaStream_t stream) {
   if (s.rows == 0) return;
-  const int lanes = CudaTuning::lanes(s.cols);
-  if (spec.k <= 2) {
-    detail::launch_plan_topk<In, T, 2>(lanes, s, spec, logk, g, experts, weights, stream);
-  } else {
-    detail::launch_plan_topk<In, T, CudaTuning::fused_max_k>(lanes, s, spec, logk, g, experts, weights, stream);
-  }
+  detail::with_lanes(s.cols, [&](auto lanes) {
+    detail::with_list_length(spec.k, [&](auto list) {
+      constexpr int Lanes = decltype(lanes)::value, K = decltype(list)::value;
+      detail::plan_topk_rows<In, T, K, Lanes>
+          <<<detail::group_blocks(s.rows, Lanes), detail::group_threads, 0, stream>>>(s, spec, logk, g, experts,
+                                                                                      weights);
+    });
+  });
   check(cudaGetLastError(), "plan_topk launch");
 }
 

@@ -80,28 +80,6 @@ __global__ void softmax_topk_kernel(ConstMatrixView<In> s, RouteSpec spec, Matri
     for (index_t j = sub; j < n; j += Lanes) noise(row, j) = T(0);
 }
 
-template <class In, class T, int K, int Lanes>
-void launch_softmax_topk(ConstMatrixView<In> s, const RouteSpec& spec, MatrixView<std::int32_t> experts,
-                         MatrixView<T> weights, MatrixView<T> noise, cudaStream_t stream) {
-  constexpr int threads = CudaTuning::softmax_threads;
-  const auto blocks = static_cast<unsigned>((s.rows * Lanes + threads - 1) / threads);
-  if (spec.noisy()) {
-    softmax_topk_kernel<In, T, K, Lanes, true><<<blocks, threads, 0, stream>>>(s, spec, experts, weights, noise);
-  } else {
-    softmax_topk_kernel<In, T, K, Lanes, false><<<blocks, threads, 0, stream>>>(s, spec, experts, weights, noise);
-  }
-}
-
-template <class In, class T, int Lanes>
-void launch_softmax_topk(ConstMatrixView<In> s, const RouteSpec& spec, MatrixView<std::int32_t> experts,
-                         MatrixView<T> weights, MatrixView<T> noise, cudaStream_t stream) {
-  if (spec.k <= 2) {
-    launch_softmax_topk<In, T, 2, Lanes>(s, spec, experts, weights, noise, stream);
-  } else {
-    launch_softmax_topk<In, T, CudaTuning::fused_max_k, Lanes>(s, spec, experts, weights, noise, stream);
-  }
-}
-
 }  // namespace detail
 
 // Launches the fused softmax top-k on stream; spec.k must be at most CudaTuning::fused_max_k.
@@ -109,17 +87,20 @@ template <class In, class T>
 void softmax_topk(ConstMatrixView<In> s, const RouteSpec& spec, MatrixView<std::int32_t> experts, MatrixView<T> weights,
                   MatrixView<T> noise, cudaStream_t stream) {
   if (s.rows == 0) return;
-  switch (CudaTuning::lanes(s.cols)) {
-    case 4:
-      detail::launch_softmax_topk<In, T, 4>(s, spec, experts, weights, noise, stream);
-      break;
-    case 16:
-      detail::launch_softmax_topk<In, T, 16>(s, spec, experts, weights, noise, stream);
-      break;
-    default:
-      detail::launch_softmax_topk<In, T, 32>(s, spec, experts, weights, noise, stream);
-      break;
-  }
+  detail::with_lanes(s.cols, [&](auto lanes) {
+    detail::with_list_length(spec.k, [&](auto list) {
+      constexpr int Lanes = decltype(lanes)::value, K = decltype(list)::value;
+      const unsigned blocks = detail::group_blocks(s.rows, Lanes);
+      constexpr int threads = detail::group_threads;
+      if (spec.noisy()) {
+        detail::softmax_topk_kernel<In, T, K, Lanes, true>
+            <<<blocks, threads, 0, stream>>>(s, spec, experts, weights, noise);
+      } else {
+        detail::softmax_topk_kernel<In, T, K, Lanes, false>
+            <<<blocks, threads, 0, stream>>>(s, spec, experts, weights, noise);
+      }
+    });
+  });
   check(cudaGetLastError(), "softmax_topk launch");
 }
 
