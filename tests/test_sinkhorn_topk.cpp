@@ -188,9 +188,12 @@ TEST_CASE("experts and weights are the same with the plan asked and without, at 
   // Without the plan the CPU takes the top-k a group of tiles at a time, and a pass that looks like the last
   // takes it as it goes over Q, kept where that pass was the last; with the plan, row by row after the last
   // pass. Tolerances across each iteration's error and limits of 1 to 4 iterations make passes taken for the
-  // last that were not, and the reverse; two threads split the groups at n = 130 (three tiles a block).
-  const index_t n = GENERATE(5, 16, 130);
-  const index_t m = GENERATE(37, 9001);
+  // last that were not, and the reverse. Two threads split a solve of 131072 elements or more (CpuTuning):
+  // at n = 16 from 8192 rows, at n = 130 from 1009, where at m = 1201 (three tiles a block, 26 blocks of
+  // 51 for the first thread) they split a group of four tiles.
+  const auto shape =
+      GENERATE(table<index_t, index_t>({{5, 37}, {5, 9001}, {16, 37}, {16, 9001}, {130, 37}, {130, 1201}}));
+  const index_t n = std::get<0>(shape), m = std::get<1>(shape);
   const int threads = GENERATE(1, 2);
   const auto cost = GENERATE(Cost::linear, Cost::softmax);
   const auto s = test::random_logits<float>(m, n, 2.0, 17, 3.0);
