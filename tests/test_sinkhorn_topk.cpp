@@ -190,7 +190,9 @@ TEST_CASE("experts and weights are the same with the plan asked and without, at 
   // pass. Tolerances across each iteration's error and limits of 1 to 4 iterations make passes taken for the
   // last that were not, and the reverse. Two threads split a solve of 131072 elements or more (CpuTuning):
   // at n = 16 from 8192 rows, at n = 130 from 1009, where at m = 1201 (three tiles a block, 26 blocks of
-  // 51 for the first thread) they split a group of four tiles.
+  // 51 for the first thread) they split a group of four tiles. Every share here walks its blocks forward and
+  // backward in turn (CpuTuning::alternate_max_bytes), so the passes taken for the last go both ways; a walk
+  // forward only (a share over 4 MiB) runs the forward one alone.
   const auto shape =
       GENERATE(table<index_t, index_t>({{5, 37}, {5, 9001}, {16, 37}, {16, 9001}, {130, 37}, {130, 1201}}));
   const index_t n = std::get<0>(shape), m = std::get<1>(shape);
