@@ -421,23 +421,19 @@ class FlushSubnormals {
 #endif
 };
 
-// Asks for the cache line at p to be read into the nearest cache ahead of its use (no fault, no effect on
+// Where a prefetch puts its line: the nearest cache, or L2 (and the levels beyond) but not L1. The Sinkhorn
+// pass asks for its next block into L2: where n > 32 it reads a block twice, for its row sums and again
+// from L1 for its column sums, and the next block asked into L1 meanwhile pushed this one out of a 32 KiB
+// L1, which holds two 16 KiB blocks and nothing else (an iteration at n >= 128 beyond L2 1.1-1.4x as fast
+// into L2 on a Zen 4 core).
+enum class Into { l1, l2 };
+
+// Asks for the cache line at p to be read into the cache `into` ahead of its use (no fault, no effect on
 // any value); nothing where the compiler has no such builtin.
+template <Into into = Into::l1>
 SSR_LANES_INLINE void prefetch(const void* p) {
 #if defined(__GNUC__)
-  __builtin_prefetch(p, 0, 3);
-#else
-  (void)p;
-#endif
-}
-
-// The same, into L2 (and the levels beyond) but not L1: the Sinkhorn pass's next block. Where n > 32 the
-// pass reads a block twice, for its row sums and again from L1 for its column sums, and the next block
-// asked into L1 meanwhile pushed this one out of a 32 KiB L1, which holds two 16 KiB blocks and nothing
-// else (an iteration at n >= 128 beyond L2 1.1-1.4x as fast into L2 on a Zen 4 core).
-SSR_LANES_INLINE void prefetch_l2(const void* p) {
-#if defined(__GNUC__)
-  __builtin_prefetch(p, 0, 2);
+  __builtin_prefetch(p, 0, into == Into::l1 ? 3 : 2);
 #else
   (void)p;
 #endif

@@ -172,7 +172,7 @@ SSR_LANES_INLINE void column_sums(const T* q, const T* v, index_t n, index_t cou
     if (next) {  // the same columns of the next block's tile: as many lines as this step reads
       SSR_UNROLL
       for (index_t c = 0; c < 2 * index_t{P} * tile; c += line_elements)
-        lanes::prefetch_l2(next + (tl * n + j0) * tile + c);
+        lanes::prefetch<lanes::Into::l2>(next + (tl * n + j0) * tile + c);
     }
     V w[per_pair];
     std::memcpy(w, inv + 2 * tl * tile, sizeof w);
@@ -345,7 +345,8 @@ SSR_LANES_INLINE void scaled_in_registers(const T* q, const T* v, const T* vt, i
     }
     if (next) {
       SSR_UNROLL
-      for (index_t c = 0; c < index_t{G} * N * tile; c += line_elements) lanes::prefetch_l2(next + t0 * N * tile + c);
+      for (index_t c = 0; c < index_t{G} * N * tile; c += line_elements)
+        lanes::prefetch<lanes::Into::l2>(next + t0 * N * tile + c);
     }
     V r01[G][1] = {}, r23[G][1] = {};
     row_products<T, L, G, Fused>(
@@ -391,7 +392,7 @@ SSR_LANES_INLINE bool in_registers_for(const T* q, const T* v, const T* vt, inde
 // tiles (at least count of them): the column sums, which read this block from the nearest cache again,
 // prefetch it meanwhile into L2, so that the row sums of the next block find it there (without it only the
 // row sums asked the memory for anything: an iteration over a matrix beyond L2 took up to 1.6 times as
-// long; into L1, it pushed out the block being read again: lanes::prefetch_l2).
+// long; into L1, it pushed out the block being read again: lanes::Into).
 template <class T, int L, class Fused = lanes::FusedOwn>
 SSR_LANES_INLINE void scaled_in_lanes(const T* q, const T* v, const T* vt, index_t n, index_t count, T* row_sum,
                                       T* part, const T* next = nullptr) {
