@@ -421,11 +421,8 @@ class FlushSubnormals {
 #endif
 };
 
-// Where a prefetch puts its line: the nearest cache, or L2 (and the levels beyond) but not L1. The Sinkhorn
-// pass asks for its next block into L2: where n > 32 it reads a block twice, for its row sums and again
-// from L1 for its column sums, and the next block asked into L1 meanwhile pushed this one out of a 32 KiB
-// L1, which holds two 16 KiB blocks and nothing else (an iteration at n >= 128 beyond L2 1.1-1.4x as fast
-// into L2 on a Zen 4 core).
+// Where a prefetch puts its line: the nearest cache, or L2 (and the levels beyond) but not L1, for data
+// that would push out what L1 still has to serve (the Sinkhorn pass's next block: pass::scaled_in_lanes).
 enum class Into { l1, l2 };
 
 // Asks for the cache line at p to be read into the cache `into` ahead of its use (no fault, no effect on

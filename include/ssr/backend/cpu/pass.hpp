@@ -392,7 +392,9 @@ SSR_LANES_INLINE bool in_registers_for(const T* q, const T* v, const T* vt, inde
 // tiles (at least count of them): the column sums, which read this block from the nearest cache again,
 // prefetch it meanwhile into L2, so that the row sums of the next block find it there (without it only the
 // row sums asked the memory for anything: an iteration over a matrix beyond L2 took up to 1.6 times as
-// long; into L1, it pushed out the block being read again: lanes::Into).
+// long). Not into L1: where n > 32 a block is read twice, the second time from L1, and the next block's
+// 16 KiB pushed it out of a 32 KiB L1 (an iteration at n >= 128 beyond L2 1.1-1.4x as fast into L2 on a
+// Zen 4 core; the pass in registers, n <= 32, asks the same way, 1.00-1.03x there).
 template <class T, int L, class Fused = lanes::FusedOwn>
 SSR_LANES_INLINE void scaled_in_lanes(const T* q, const T* v, const T* vt, index_t n, index_t count, T* row_sum,
                                       T* part, const T* next = nullptr) {
