@@ -3,10 +3,13 @@
 // from the bytes left, the same logits under a selection of today's engines (sigmoid scores, groups, an
 // expert bias of any values). A call either succeeds or throws ssr::Error before writing; a successful call
 // on finite logits gives experts in range, each at most once per row, finite weights summing to 1 per row,
-// and a load that counts them. (The selection comes last so that earlier inputs decode as they did.)
+// and a load that counts them; a float backward rounds the double backward's values. Then, from the bytes
+// left, the same configuration on thousands of rows and two threads. (What came later comes last, so
+// that earlier inputs decode as they did.)
 #include <fuzzer/FuzzedDataProvider.h>
 #include <ssr/router.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +17,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -93,16 +97,17 @@ struct Call {
   std::vector<T> weights;
   typename Router::options_type options{};
 
-  Call(const ssr::SSRPolicy& policy, ssr::index_t m_, ssr::index_t n_, ssr::index_t k_, bool checked)
-      : router(policy, ssr::CpuBackend<T>(1)), m(m_), n(n_), k(k_), experts(static_cast<std::size_t>(m * k), -7),
+  Call(const ssr::SSRPolicy& policy, ssr::index_t m_, ssr::index_t n_, ssr::index_t k_, bool checked, int threads)
+      : router(policy, ssr::CpuBackend<T>(threads)), m(m_), n(n_), k(k_), experts(static_cast<std::size_t>(m * k), -7),
         load(static_cast<std::size_t>(n), -7), weights(static_cast<std::size_t>(m * k)) {
     if (!checked) options.unchecked();
   }
   ssr::RouteOutputs<T> outputs() { return {{experts.data(), m, k}, {weights.data(), m, k}, {load.data(), n}}; }
 
-  static std::unique_ptr<Call> of(const ssr::RouterConfig& config, ssr::index_t m, ssr::index_t n, bool checked) {
+  static std::unique_ptr<Call> of(const ssr::RouterConfig& config, ssr::index_t m, ssr::index_t n, bool checked,
+                                  int threads = 1) {
     try {
-      return std::make_unique<Call>(ssr::make_policy(config), m, n, config.k, checked);
+      return std::make_unique<Call>(ssr::make_policy(config), m, n, config.k, checked, threads);
     } catch (const ssr::Error&) {
       return nullptr;
     }
@@ -120,11 +125,32 @@ struct Call {
   }
 };
 
+// For float: backward again in double on the same values (each float exact in double) gives dL/dS whose
+// rounding to float is the float call's, bit for bit (backward computes in double and rounds once).
+template <class T>
+void check_against_double(const ssr::RouterConfig& config, const ssr::RouteInfo& info, const Logits<T>& s,
+                          const std::vector<std::int32_t>& experts, const std::vector<T>& weights,
+                          const std::vector<T>& grad_w, const std::vector<T>& grad_s, ssr::index_t k) {
+  if constexpr (std::is_same<T, float>::value) {
+    const ssr::index_t m = s.m, n = s.n;
+    const std::vector<double> logits(s.values.begin(), s.values.end()), w(weights.begin(), weights.end()),
+        g(grad_w.begin(), grad_w.end());
+    std::vector<double> grad(static_cast<std::size_t>(m * n));
+    ssr::Router<ssr::SSRPolicy, ssr::CpuBackend<double>> router(ssr::make_policy(config), ssr::CpuBackend<double>(1));
+    router.backward(info, {logits.data(), m, n, s.stride}, {experts.data(), m, k}, {w.data(), m, k}, {g.data(), m, k},
+                    {grad.data(), m, n}, ssr::CallOptions<ssr::HostStream>{}.unchecked());
+    for (std::size_t e = 0; e < grad.size(); ++e) {
+      const float want = static_cast<float>(grad[e]);
+      SSR_FUZZ_CHECK(std::memcmp(&want, &grad_s[e], sizeof want) == 0 || (std::isnan(want) && std::isnan(grad_s[e])));
+    }
+  }
+}
+
 // Every router by name on the logits, then the backward of that call on arbitrary dL/dw.
 template <class T>
 void route_and_backward(FuzzedDataProvider& in, const ssr::RouterConfig& config, const Logits<T>& s,
-                        const ssr::Context& ctx, bool checked) {
-  const auto call = Call<T>::of(config, s.m, s.n, checked);
+                        const ssr::Context& ctx, bool checked, int threads = 1) {
+  const auto call = Call<T>::of(config, s.m, s.n, checked, threads);
   if (!call) return;
   const ssr::index_t m = s.m, n = s.n, k = call->k;
   std::vector<T> plan(static_cast<std::size_t>(m * n)), noise(static_cast<std::size_t>(m * n));
@@ -152,6 +178,7 @@ void route_and_backward(FuzzedDataProvider& in, const ssr::RouterConfig& config,
   if (s.finite && grad_finite) {
     for (const T g : grad_s) SSR_FUZZ_CHECK(!std::isnan(g));
   }
+  check_against_double(config, info, s, call->experts, call->weights, grad_w, grad_s, k);
 }
 
 // The logits again under a selection: score, groups (valid or not) and an expert bias of any values; the
@@ -177,6 +204,30 @@ void route_selection(FuzzedDataProvider& in, ssr::RouterConfig config, const Log
   call->router.backward(info, s.view(), {call->experts.data(), m, k}, {call->weights.data(), m, k},
                         {grad_w.data(), m, k}, {grad_s.data(), m, n}, call->options);
   for (const T g : grad_s) SSR_FUZZ_CHECK(std::isfinite(g));
+  check_against_double(config, info, s, call->experts, call->weights, grad_w, grad_s, k);
+}
+
+// The same configuration on many rows and two threads: the thread teams, blocks and groups of tiles that
+// few rows never reach. The logits are drawn from a small generator seeded by the input, some of them
+// replaced by the input's own values, so that an input of a few bytes reaches thousands of rows.
+template <class T>
+void route_large(FuzzedDataProvider& in, const ssr::RouterConfig& config, const ssr::Context& ctx, bool checked) {
+  // Up to 3 * 10^5 elements, so that a solve of 120 iterations under the sanitizers stays near a second.
+  const ssr::index_t m = in.ConsumeIntegralInRange<ssr::index_t>(1000, 20000);
+  const ssr::index_t n = in.ConsumeIntegralInRange<ssr::index_t>(1, std::min<ssr::index_t>(140, 300000 / m));
+  const double scale = any_parameter(in);
+  std::uint64_t state = in.ConsumeIntegral<std::uint64_t>() | 1;
+  Logits<T> s{m, n, n, std::vector<T>(static_cast<std::size_t>(m * n)), true};
+  for (T& v : s.values) {
+    state ^= state << 13;  // xorshift64
+    state ^= state >> 7;
+    state ^= state << 17;
+    v = static_cast<T>(scale * (static_cast<double>(state >> 11) / 9007199254740992.0 - 0.5));
+  }
+  for (int e = 0; e < 16 && in.remaining_bytes() > 0; ++e)
+    s.values[in.ConsumeIntegralInRange<std::size_t>(0, s.values.size() - 1)] = any_value<T>(in);
+  for (const T v : s.values) s.finite = s.finite && std::isfinite(v);
+  route_and_backward(in, config, s, ctx, checked, 2);
 }
 
 template <class T>
@@ -207,6 +258,7 @@ void fuzz(FuzzedDataProvider& in) {
   }
   route_and_backward(in, config, s, ctx, checked);
   if (in.remaining_bytes() > 0) route_selection(in, config, s, ctx, checked);
+  if (in.remaining_bytes() > 0 && in.ConsumeBool()) route_large<T>(in, config, ctx, checked);
 }
 
 }  // namespace

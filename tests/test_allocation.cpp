@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 extern "C" {
@@ -69,13 +70,19 @@ void require_no_allocation(const Policy& policy, ssr::index_t m, ssr::index_t n,
   std::vector<std::int32_t> experts(w.size()), load(static_cast<std::size_t>(n));
   ssr::Router<Policy, ssr::CpuBackend<T>> router(policy, ssr::CpuBackend<T>(threads));
   const ssr::RouteOutputs<T> out{{experts.data(), m, k}, {w.data(), m, k}, {load.data(), n}, {plan.data(), m, n}};
+  int paths[2] = {0, 0};  // softmax, Sinkhorn
   auto call = [&](std::uint64_t step) {
     const auto info = router.route({s.data(), m, n}, ssr::Context::train(step, 0, 1), out);
+    ++paths[info.path == ssr::Path::softmax ? 0 : 1];
     router.backward(info, {experts.data(), m, k}, {w.data(), m, k}, {g.data(), m, k}, {grad.data(), m, n});
   };
   for (std::uint64_t step = 0; step < 4; ++step) call(step);  // warm-up: both paths of a selective policy
   INFO("m " << m << " n " << n << " threads " << threads);
+  constexpr bool selective = std::is_same<Policy, ssr::SSRPolicy>::value;
+  if (selective) REQUIRE((paths[0] > 0 && paths[1] > 0));
+  const int warm[2] = {paths[0], paths[1]};
   for (std::uint64_t step = 4; step < 12; ++step) REQUIRE(allocations_in([&] { call(step); }) == 0);
+  if (selective) REQUIRE((paths[0] > warm[0] && paths[1] > warm[1]));  // the calls measured took both too
   // With the caller's workspace, even the first call of a fresh router allocates nothing.
   std::vector<unsigned char> workspace(router.workspace_bytes(m, n));
   ssr::Router<Policy, ssr::CpuBackend<T>> fresh(policy, ssr::CpuBackend<T>(threads));

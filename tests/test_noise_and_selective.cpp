@@ -1,16 +1,21 @@
 // Noise on the cost (Proposition 3's selection probabilities) and the selective coin.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
+#include "reference.hpp"
 #include "support.hpp"
 
 using ssr::Context;
 using ssr::Cost;
 using ssr::index_t;
 using ssr::NoisyCost;
+using ssr::SinkhornTopK;
 using ssr::SoftmaxTopK;
 
 namespace {
@@ -150,4 +155,97 @@ TEMPLATE_TEST_CASE("extreme logits under a huge noise amplitude route without Na
       }
     }
   }
+}
+
+TEST_CASE("the stream is Random123's Philox4x32-10, and its first normals are pinned", "[noise]") {
+  // Random123's known-answer vectors (kat_vectors: philox4x32, 10 rounds).
+  const auto philox = [](r123::Philox4x32::ctr_type c, r123::Philox4x32::key_type k) { return r123::Philox4x32()(c, k); };
+  CHECK(philox({{0, 0, 0, 0}}, {{0, 0}}) == r123::Philox4x32::ctr_type{{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}});
+  CHECK(philox({{~0u, ~0u, ~0u, ~0u}}, {{~0u, ~0u}}) ==
+        r123::Philox4x32::ctr_type{{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}});
+  CHECK(philox({{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}}, {{0xa4093822, 0x299f31d0}}) ==
+        r123::Philox4x32::ctr_type{{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}});
+  // The library's words: key (seed, layer), counter (block lo, block hi, step lo, step hi).
+  for (const std::uint64_t block : {std::uint64_t{0}, std::uint64_t{5}, std::uint64_t{0x1234567890ull}})
+    CHECK(ssr::random::draw(11, 3, block, 0x99999999aull) ==
+          philox({{static_cast<std::uint32_t>(block), static_cast<std::uint32_t>(block >> 32), 0x9999999au, 0x9u}},
+                 {{11, 3}}));
+  // The noise of a call: rows 1000 to 1002 of (seed 2026, layer 7, step 0x123456789abc), 5 experts, as
+  // computed when the layout was fixed (elements 5000 to 5014 of the stream: blocks straddle rows).
+  const index_t m = 3, n = 5;
+  const double pinned[] = {-1.4545088213373469,  0.20749157154742609,  -0.84313255873823956, -1.0672859862581456,
+                           -0.41216476113275585, 0.66680021264870504,  -0.89217248623849765, -0.027530830479751307,
+                           0.5678595307112837,   0.62794696002013317,  1.6436591468708279,   -1.1780789531017657,
+                           -1.1080256284059402,  -0.60123871367616188, -2.4690893141398917};
+  const std::vector<double> s(m * n, 0.0);
+  const auto r = test::route(NoisyCost<SoftmaxTopK>(SoftmaxTopK(2), 1.0, 1.0), s, m, n,
+                             Context::train(0x123456789abcull, 7, 2026).at_row(1000));
+  for (index_t e = 0; e < m * n; ++e) {
+    INFO("element " << e);
+    CHECK(r.noise[e] == pinned[e]);
+    CHECK(r.noise[e] == Approx(test::reference_normal(2026, 7, 0x123456789abcull, 5000 + e)).epsilon(1e-13));
+  }
+}
+
+TEMPLATE_TEST_CASE("the noise is alpha times sigma times the stream's Box-Muller normals", "[noise]", float, double) {
+  // Element (i, j) of a call is number (first_row + i) n + j of its stream, on both paths; n = 13 makes
+  // blocks of four straddle rows. Against Random123's words and a Box-Muller pair in long double.
+  using T = TestType;
+  const index_t m = 301;
+  const index_t n = GENERATE(8, 13);
+  const double alpha = 0.3, sigma = 1.7;
+  const auto s = test::random_logits<T>(m, n, 1.0, 8);
+  const Context ctx = Context::train(77, 5, 123).at_row(4000);
+  const auto soft = test::route(NoisyCost<SoftmaxTopK>(SoftmaxTopK(2), alpha, sigma), s, m, n, ctx);
+  const auto sink = test::route(NoisyCost<SinkhornTopK>(SinkhornTopK(2), alpha, sigma), s, m, n, ctx);
+  const double ulps = std::is_same<T, float>::value ? 1e-6 : 1e-13;
+  for (index_t i = 0; i < m; ++i)
+    for (index_t j = 0; j < n; ++j) {
+      const double z = alpha * sigma * test::reference_normal(123, 5, 77, static_cast<std::uint64_t>((4000 + i) * n + j));
+      INFO("n " << n << " element (" << i << ", " << j << ")");
+      REQUIRE(static_cast<double>(soft.noise[i * n + j]) == Approx(z).epsilon(ulps).margin(1e-300));
+      REQUIRE(static_cast<double>(sink.noise[i * n + j]) == Approx(z).epsilon(ulps).margin(1e-300));
+    }
+}
+
+TEST_CASE("noisy softmax top-k ranks c(S) plus the noise and weighs the clean logits", "[noise]") {
+  const index_t m = 500, n = 16;
+  const auto cost = GENERATE(Cost::linear, Cost::softmax);
+  const int k = GENERATE(1, 3);
+  const auto s = test::random_logits<double>(m, n, 1.0, 12, 2.0);
+  const auto r = test::route(NoisyCost<SoftmaxTopK>(SoftmaxTopK(k, cost), 0.4, 1.0), s, m, n, Context::train(3, 1, 8));
+  const auto c = test::reference_costs(s, m, n, cost);
+  for (index_t i = 0; i < m; ++i) {
+    std::vector<double> noisy(n);
+    for (index_t j = 0; j < n; ++j) noisy[j] = c[i * n + j] + r.noise[i * n + j];
+    std::vector<int> order(n);
+    for (index_t j = 0; j < n; ++j) order[j] = static_cast<int>(j);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return noisy[a] > noisy[b]; });
+    double top = -INFINITY, z = 0;
+    for (int t = 0; t < k; ++t) top = std::max(top, s[i * n + order[t]]);
+    for (int t = 0; t < k; ++t) z += std::exp(s[i * n + order[t]] - top);
+    INFO("cost " << ssr::to_string(cost) << " k " << k << " row " << i);
+    for (int t = 0; t < k; ++t) {
+      REQUIRE(r.expert(i, t) == order[t]);
+      REQUIRE(r.weight(i, t) == Approx(std::exp(s[i * n + order[t]] - top) / z).epsilon(1e-14));
+    }
+  }
+}
+
+TEST_CASE("noisy Sinkhorn solves the problem of c(S) plus the noise", "[noise][sinkhorn]") {
+  const index_t m = 400, n = 8;
+  const auto cost = GENERATE(Cost::linear, Cost::softmax);
+  const double xi = GENERATE(0.5, 0.1);
+  const auto s = test::random_logits<double>(m, n, 1.0, 14, 2.0);
+  const double tol = 1e-11;
+  const auto r = test::route(NoisyCost<SinkhornTopK>(SinkhornTopK(2, cost, {xi, tol, 100000}), 0.5, 1.0), s, m, n,
+                             Context::train(6, 2, 1));
+  REQUIRE(r.info.converged);
+  auto c = test::reference_costs(s, m, n, cost);
+  for (std::size_t e = 0; e < c.size(); ++e) c[e] += r.noise[e];
+  const auto ref = test::reference_sinkhorn(c, m, n, xi, tol, 100000);
+  double worst = 0;
+  for (std::size_t e = 0; e < c.size(); ++e) worst = std::max(worst, std::abs(ref.plan[e] - r.plan[e]));
+  INFO("cost " << ssr::to_string(cost) << " xi " << xi);
+  CHECK(worst < 1e-9);
 }

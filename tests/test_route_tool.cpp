@@ -106,7 +106,10 @@ TEST_CASE("ssr-route writes what the library computes", "[tool]") {
   xt::xtensor<float, 2> logits({std::size_t(m), std::size_t(n)});
   std::copy(s.begin(), s.end(), logits.begin());
   xt::dump_npy((dir / "logits.npy").string(), logits);
-  xt::xtensor<float, 2> g({std::size_t(m), std::size_t(k)}, 0.5f);
+  // A dL/dw that varies: with score weights a constant one would give dL/dS = 0 everywhere.
+  const auto g_values = test::random_logits<float>(m, k, 1.0, 5);
+  xt::xtensor<float, 2> g({std::size_t(m), std::size_t(k)});
+  std::copy(g_values.begin(), g_values.end(), g.begin());
   xt::dump_npy((dir / "g.npy").string(), g);
 
   const auto r = run_tool("--logits " + (dir / "logits.npy").string() + " --out " + (dir / "out").string() +
@@ -130,8 +133,14 @@ TEST_CASE("ssr-route writes what the library computes", "[tool]") {
   CHECK(std::vector<float>(weights.begin(), weights.end()) == expected.weights);
   CHECK(std::vector<float>(plan.begin(), plan.end()) == expected.plan);
   CHECK(std::vector<float>(noise.begin(), noise.end()) == expected.noise);
-  CHECK(grad.shape()[0] == std::size_t(m));
-  CHECK(grad.shape()[1] == std::size_t(n));
+  REQUIRE(grad.shape()[0] == std::size_t(m));
+  REQUIRE(grad.shape()[1] == std::size_t(n));
+  test::Router<decltype(policy), float> router(policy);
+  std::vector<float> want(static_cast<std::size_t>(m * n));
+  router.backward(expected.info, {expected.experts.data(), m, k}, {expected.weights.data(), m, k},
+                  {g_values.data(), m, k}, {want.data(), m, n});
+  CHECK(std::vector<float>(grad.begin(), grad.end()) == want);
+  CHECK(std::any_of(want.begin(), want.end(), [](float d) { return d != 0; }));
   fs::remove_all(dir);
 }
 

@@ -210,14 +210,19 @@ TEST_CASE("SSR with sigmoid scores and a bias: the bias on its common path only"
   const auto s = test::random_logits<double>(m, n, 1.0, 16);
   const auto bias = random_bias(n, 0.3, 17);
   const auto policy = ssr::make_ssr(k, ssr::Cost::linear, 0.5, {}, 0, 1, ssr::Weights::plan, sel);
+  int paths[2] = {0, 0};  // softmax, Sinkhorn
   for (std::uint64_t step = 0; step < 6; ++step) {
     const Context ctx = Context::train(step);
-    if (policy.resolve(ctx).path == ssr::Path::softmax)
+    const bool softmax = policy.resolve(ctx).path == ssr::Path::softmax;
+    ++paths[softmax ? 0 : 1];
+    if (softmax)
       check_selection(policy, sel, s, m, n, k, bias, ctx);
     else
       CHECK(test::route(policy, s, m, n, ctx.with_bias({bias.data(), n})).experts ==
             test::route(policy, s, m, n, ctx).experts);
   }
+  REQUIRE(paths[0] > 0);  // the steps took both paths
+  REQUIRE(paths[1] > 0);
 }
 
 TEMPLATE_TEST_CASE("sigmoid weights stay finite for extreme logits", "[selection][numerics]", float, double) {

@@ -4,10 +4,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
+#include <type_traits>
 #include <utility>
 
+#include "reference.hpp"
 #include "support.hpp"
 
 using ssr::Context;
@@ -27,44 +30,6 @@ double column_error(const test::Routed<T>& r) {
     err += std::abs(col - static_cast<double>(r.m) / static_cast<double>(r.n));
   }
   return err / static_cast<double>(r.m);
-}
-
-// A straightforward log-domain Sinkhorn, written independently of the library: every update a full
-// log-sum-exp over a row or a column. Returns the plan.
-std::vector<double> reference_plan(const std::vector<double>& s, index_t m, index_t n, Cost cost, double xi, double tol) {
-  std::vector<double> c(s.size()), f(static_cast<std::size_t>(m), 0.0), g(static_cast<std::size_t>(n), 0.0);
-  for (index_t i = 0; i < m; ++i) {
-    double z = 0;
-    for (index_t j = 0; j < n; ++j) z += std::exp(s[i * n + j]);
-    for (index_t j = 0; j < n; ++j) c[i * n + j] = (cost == Cost::linear ? s[i * n + j] : std::exp(s[i * n + j]) / z) / xi;
-  }
-  auto lse = [](const std::vector<double>& v) {
-    const double top = *std::max_element(v.begin(), v.end());
-    double sum = 0;
-    for (double x : v) sum += std::exp(x - top);
-    return top + std::log(sum);
-  };
-  std::vector<double> plan(s.size()), row(static_cast<std::size_t>(n)), col(static_cast<std::size_t>(m));
-  for (int it = 0; it < 100000; ++it) {
-    for (index_t i = 0; i < m; ++i) {
-      for (index_t j = 0; j < n; ++j) row[j] = c[i * n + j] + g[j];
-      f[i] = -lse(row);
-    }
-    double err = 0;
-    for (index_t j = 0; j < n; ++j) {
-      for (index_t i = 0; i < m; ++i) col[i] = c[i * n + j] + f[i];
-      const double logsum = lse(col);
-      err += std::abs(std::exp(logsum + g[j]) - double(m) / double(n));
-      g[j] = std::log(double(m) / double(n)) - logsum;
-    }
-    if (err / double(m) < tol) break;
-  }
-  for (index_t i = 0; i < m; ++i) {
-    for (index_t j = 0; j < n; ++j) row[j] = c[i * n + j] + g[j];
-    f[i] = -lse(row);
-    for (index_t j = 0; j < n; ++j) plan[i * n + j] = std::exp(row[j] + f[i]);
-  }
-  return plan;
 }
 
 // The route without the plan asked (nor the noise): the CPU then takes its final top-k by groups of tiles.
@@ -113,7 +78,7 @@ TEST_CASE("the plan matches a straightforward log-domain Sinkhorn", "[sinkhorn]"
   const double tol = 1e-11;
   const auto r = test::route(SinkhornTopK(2, cost, {xi, tol, 100000}), s, m, n, Context::train(0));
   REQUIRE(r.info.converged);
-  const auto ref = reference_plan(s, m, n, cost, xi, tol);
+  const auto ref = test::reference_sinkhorn(test::reference_costs(s, m, n, cost), m, n, xi, tol, 100000).plan;
   double worst = 0;
   for (index_t i = 0; i < m * n; ++i) worst = std::max(worst, std::abs(ref[i] - r.plan[i]));
   CHECK(worst < 1e-9);
@@ -131,7 +96,8 @@ TEST_CASE("with float logits the plan is the log-domain Sinkhorn's within float'
   const auto s = test::random_logits<float>(m, n, 1.5, 11, 3.0);
   const auto r = test::route(SinkhornTopK(2, cost, {xi, 1e-6, 100000}), s, m, n, Context::train(0));
   REQUIRE(r.info.converged);
-  const auto ref = reference_plan(std::vector<double>(s.begin(), s.end()), m, n, cost, xi, 1e-11);
+  const auto ref =
+      test::reference_sinkhorn(test::reference_costs({s.begin(), s.end()}, m, n, cost), m, n, xi, 1e-11, 100000).plan;
   double worst = 0;
   for (index_t i = 0; i < m * n; ++i) worst = std::max(worst, std::abs(ref[i] - static_cast<double>(r.plan[i])));
   INFO("n " << n << " cost " << ssr::to_string(cost) << " xi " << xi);
@@ -240,14 +206,22 @@ TEST_CASE("Sinkhorn balances the load that softmax top-k leaves skewed", "[sinkh
   CHECK(b.empty_experts == 0);
 }
 
-TEST_CASE("score weights are the softmax of the logits over the plan's experts", "[sinkhorn]") {
-  const index_t m = 300, n = 8, k = 2;
-  const auto s = test::random_logits<double>(m, n, 2.0, 4, 3.0);
-  const auto r = test::route(SinkhornTopK(k, Cost::linear, {}, ssr::Weights::scores), s, m, n, Context::train(0));
+TEMPLATE_TEST_CASE("score weights are the softmax of the logits over the plan's experts", "[sinkhorn]", float, double) {
+  using T = TestType;
+  const index_t m = 300, n = 8;
+  const index_t k = GENERATE(2, 3, 8);
+  const auto s = test::random_logits<T>(m, n, 2.0, 4, 3.0);
+  const auto r = test::route(SinkhornTopK(static_cast<int>(k), Cost::linear, {}, ssr::Weights::scores), s, m, n,
+                             Context::train(0));
   REQUIRE(r.info.weights == ssr::Weights::scores);
+  const double ulps = 4 * static_cast<double>(std::numeric_limits<T>::epsilon());
   for (index_t i = 0; i < m; ++i) {
-    const double a = s[i * n + r.expert(i, 0)], b = s[i * n + r.expert(i, 1)];
-    CHECK(r.weight(i, 0) == Approx(1 / (1 + std::exp(b - a))).epsilon(1e-12));
+    const auto logit = [&](index_t t) { return static_cast<double>(s[i * n + r.expert(i, t)]); };
+    double top = logit(0), z = 0;
+    for (index_t t = 1; t < k; ++t) top = std::max(top, logit(t));
+    for (index_t t = 0; t < k; ++t) z += std::exp(logit(t) - top);
+    for (index_t t = 0; t < k; ++t)
+      REQUIRE(static_cast<double>(r.weight(i, t)) == Approx(std::exp(logit(t) - top) / z).epsilon(ulps));
   }
 }
 
@@ -327,4 +301,91 @@ TEST_CASE("evaluation routes by softmax top-k without Sinkhorn", "[sinkhorn]") {
   CHECK(sink.info.path == ssr::Path::softmax);
   CHECK(sink.experts == soft.experts);
   CHECK(sink.weights == soft.weights);
+}
+
+TEMPLATE_TEST_CASE("the solve stops where the reference does, with its error", "[sinkhorn]", float, double) {
+  // The stopping rule of DESIGN section 1: after each iteration (rows exact) the normalised L1 column error;
+  // stop when it is below tol or after max_iters. In double the library runs the reference's iterations; in
+  // float its column sums carry float rounding, which may move an error lying near tol across it.
+  using T = TestType;
+  const bool exact = std::is_same<T, double>::value;
+  const index_t m = 500;
+  const index_t n = GENERATE(8, 16);
+  const auto cost = GENERATE(Cost::linear, Cost::softmax);
+  const double xi = GENERATE(1.0, 0.5, 0.1);
+  const auto s = test::random_logits<T>(m, n, 1.5, 29, 3.0);
+  const auto c = test::reference_costs({s.begin(), s.end()}, m, n, cost);
+  for (const auto& stop : {std::pair<double, int>{1e-5, 1000}, {1e-30, 3}}) {
+    const auto r = test::route(SinkhornTopK(2, cost, {xi, stop.first, stop.second}), s, m, n, Context::train(0));
+    const auto ref = test::reference_sinkhorn(c, m, n, xi, stop.first, stop.second);
+    INFO("n " << n << " cost " << ssr::to_string(cost) << " xi " << xi << " tol " << stop.first << " reference "
+              << ref.iterations << " iterations, err " << ref.err << "; library " << r.info.iterations << ", "
+              << r.info.marginal_error);
+    if (exact || stop.second == 3) {
+      REQUIRE(r.info.iterations == ref.iterations);
+      CHECK(r.info.marginal_error == Approx(ref.err).epsilon(exact ? 1e-8 : 1e-2).margin(exact ? 1e-15 : 1e-7));
+    } else {
+      REQUIRE(std::abs(r.info.iterations - ref.iterations) <= 1);
+    }
+    CHECK(r.info.converged == (r.info.marginal_error < stop.first));
+  }
+}
+
+TEST_CASE("large solves on two threads give the reference's plan, experts and weights", "[sinkhorn]") {
+  // Shapes where two threads take a team, split the blocks and (at n = 130) a group of tiles, and at
+  // xi = 0.05 rows whose chosen plan values underflow float; the reference runs as many iterations as the
+  // library did, so the two plans differ by float rounding alone (K in float carries 2^-24 |K|, |K| ~ 1 / xi).
+  const auto shape = GENERATE(table<index_t, index_t>({{9001, 16}, {1201, 130}}));
+  const index_t m = std::get<0>(shape), n = std::get<1>(shape), k = 2;
+  const double xi = GENERATE(0.5, 0.05);
+  const auto weights = GENERATE(ssr::Weights::plan, ssr::Weights::scores);
+  const auto s = test::random_logits<float>(m, n, 2.0, 41, 3.0);
+  const auto r = test::route(SinkhornTopK(k, Cost::linear, {xi, 1e-4, 200}, weights), s, m, n, Context::train(0), 2);
+  const auto ref =
+      test::reference_sinkhorn(test::reference_costs({s.begin(), s.end()}, m, n, Cost::linear), m, n, xi, 0,
+                               r.info.iterations);
+  INFO("m " << m << " n " << n << " xi " << xi << " iterations " << r.info.iterations);
+  const double tol = 4e-6 / xi;
+  CHECK(r.info.marginal_error == Approx(ref.err).epsilon(0.05).margin(1e-6));
+  double worst = 0;
+  for (std::size_t e = 0; e < ref.plan.size(); ++e) worst = std::max(worst, std::abs(ref.plan[e] - r.plan[e]));
+  CHECK(worst < tol);
+  for (index_t i = 0; i < m; ++i) {
+    const double* p = &ref.plan[static_cast<std::size_t>(i * n)];
+    std::vector<double> sorted(p, p + n);
+    std::sort(sorted.begin(), sorted.end(), std::greater<double>());
+    double chosen = 0;
+    for (index_t t = 0; t < k; ++t) {
+      REQUIRE(p[r.expert(i, t)] >= sorted[t] - 2 * tol);  // the reference's top-k, up to a near tie
+      chosen += p[r.expert(i, t)];
+    }
+    for (index_t t = 0; t < k && weights == ssr::Weights::plan; ++t)
+      REQUIRE(r.weight(i, t) == Approx(p[r.expert(i, t)] / chosen).margin(2 * tol / chosen));
+  }
+}
+
+TEMPLATE_TEST_CASE("each plan weight is its plan value over the chosen values' sum", "[sinkhorn]", float, double) {
+  // Proposition 1's weights, expert by expert: the plan output and the weights both come from the same
+  // values, each through a few roundings in T, so they agree within a few units in the last place of T;
+  // where they come from log-plan values (xi = 0.05: rows whose chosen values underflowed), each exp also
+  // carries its argument's rounding, |log p| units in the last place. Values below T's least normal number
+  // have no relative precision left.
+  using T = TestType;
+  const index_t m = 2000, n = 16, k = 5;
+  const double xi = GENERATE(0.5, 0.05);
+  const auto cost = GENERATE(Cost::linear, Cost::softmax);
+  const auto s = test::random_logits<T>(m, n, 2.0, 43, 3.0);
+  const auto r = test::route(SinkhornTopK(k, cost, {xi, 1e-4, 100}), s, m, n, Context::train(0));
+  const double eps = static_cast<double>(std::numeric_limits<T>::epsilon());
+  const double least = static_cast<double>(std::numeric_limits<T>::min());
+  for (index_t i = 0; i < m; ++i) {
+    double chosen = 0;
+    for (index_t t = 0; t < k; ++t) chosen += static_cast<double>(r.plan_at(i, r.expert(i, t)));
+    for (index_t t = 0; t < k; ++t) {
+      const double p = static_cast<double>(r.plan_at(i, r.expert(i, t)));
+      INFO("xi " << xi << " cost " << ssr::to_string(cost) << " row " << i << " expert " << t);
+      REQUIRE(static_cast<double>(r.weight(i, t)) ==
+              Approx(p / chosen).epsilon(eps * (8 + 2 * std::abs(std::log(std::max(p, least))))).margin(least));
+    }
+  }
 }

@@ -16,9 +16,11 @@ TEST_CASE("a caller workspace of exactly the queried size, at any alignment, is 
   const index_t n = 16, m = GENERATE(index_t{1500}, index_t{40000});
   const auto s = test::random_logits<float>(m, n, 1.0, 3, 2.0);
   const auto policy = ssr::make_ssr(2, ssr::Cost::softmax, 0.5, {0.5, 1e-6, 100}, 0.2);
-  for (std::uint64_t step : {0, 1, 2, 3}) {  // both paths: the coin lands either way over these steps
+  int paths[2] = {0, 0};  // softmax, Sinkhorn: both, the coin lands either way over these steps
+  for (std::uint64_t step : {0, 1, 2, 3}) {
     const Context ctx = Context::train(step, 0, 4);
     test::Router<ssr::SSRPolicy, float> own(policy), caller(policy);
+    ++paths[caller.resolve(ctx).path == ssr::Path::softmax ? 0 : 1];
     const std::size_t bytes = caller.inner().workspace_bytes(m, n, ctx);
     INFO(test::backend_name << ": step " << step << " path " << ssr::to_string(caller.resolve(ctx).path) << ", " << bytes
                             << " bytes");
@@ -36,6 +38,8 @@ TEST_CASE("a caller workspace of exactly the queried size, at any alignment, is 
     for (std::size_t e = offset + bytes; e < after.size(); ++e) REQUIRE(after[e] == 0xa5);
     CHECK(after[0] == 0xa5);
   }
+  REQUIRE(paths[0] > 0);
+  REQUIRE(paths[1] > 0);
 }
 
 TEST_CASE("a workspace smaller than the call needs is rejected before anything is written", "[workspace][errors]") {
