@@ -155,44 +155,28 @@ void BM_LogDomainStraightforward(benchmark::State& state) {
   pass_counters<float>(state, iters, m, n);
 }
 
-// The read bound: one pass summing the m x n floats into 8 independent vectors (no dependency chain longer
-// than one add per 8 vectors), the least any iteration over the matrix can cost. In the widest vectors the
-// processor runs (AVX-512 or AVX2 where a baseline build runs on a processor with them, as the library's
-// own paths), so that both builds measure the machine's bound, not the build's.
-template <int W>
-SSR_LANES_INLINE float read_sum_in(const float* p, std::size_t count) {
-  using V = typename ssr::cpu::lanes::Floats<W>::Float;
-  constexpr std::size_t chunk = 8 * W;
-  V acc[8] = {};
-  std::size_t e = 0;
-  for (; e + chunk <= count; e += chunk)
-    SSR_UNROLL
-    for (std::size_t v = 0; v < 8; ++v) {
-      V x;
-      std::memcpy(&x, p + e + v * W, sizeof x);
-      acc[v] += x;
-    }
-  float lanes[8 * W];
-  std::memcpy(lanes, acc, sizeof lanes);
-  float total = 0;
-  for (const float l : lanes) total += l;
-  for (; e < count; ++e) total += p[e];
-  return total;
-}
-#if defined(SSR_DISPATCH_AVX512)
-SSR_TARGET_AVX512 float read_sum_avx512(const float* p, std::size_t count) { return read_sum_in<16>(p, count); }
-#endif
-#if defined(SSR_DISPATCH_AVX2)
-SSR_TARGET_AVX2 float read_sum_avx2(const float* p, std::size_t count) { return read_sum_in<8>(p, count); }
-#endif
+// The read bound: one pass summing the m x n floats into 8 independent vectors of lanes (no dependency
+// chain longer than one add per 8 vectors), the least any iteration over the matrix can cost; in the
+// instruction set the library's kernels take on this processor (ssr::cpu::with_isa).
 float read_sum(const float* p, std::size_t count) {
-#if defined(SSR_DISPATCH_AVX512)
-  if (ssr::cpu::lanes::has_avx512()) return read_sum_avx512(p, count);
-#endif
-#if defined(SSR_DISPATCH_AVX2)
-  if (ssr::cpu::lanes::has_avx2()) return read_sum_avx2(p, count);
-#endif
-  return read_sum_in<ssr::cpu::lanes::widest_lanes<float>(16)>(p, count);
+  return ssr::cpu::with_isa([&](auto /*isa*/) SSR_INLINE_LAMBDA {
+    using V = ssr::cpu::Lanes<float>;
+    constexpr std::size_t width = ssr::cpu::lanes, chunk = 8 * width;
+    V acc[8] = {};
+    std::size_t e = 0;
+    for (; e + chunk <= count; e += chunk)
+      for (std::size_t v = 0; v < 8; ++v) {
+        V x;
+        ssr::cpu::read(p + e + v * width, x);
+        acc[v] += x;
+      }
+    float lanes[8 * width];
+    std::memcpy(lanes, acc, sizeof lanes);
+    float total = 0;
+    for (const float l : lanes) total += l;
+    for (; e < count; ++e) total += p[e];
+    return total;
+  });
 }
 
 template <class T>
@@ -213,52 +197,62 @@ void BM_ReadBound(benchmark::State& state) {
   pass_counters<T>(state, 1, m, n);
 }
 
-// The exp bound: the float exp that a solve's setup takes once per element (Q = exp(K), ssr::cpu::fexp::exp
-// on the path this processor runs) from one m x n buffer into another: a read, an exp and a write an
-// element, the least a setup that reads the logits once and writes Q can cost (bench/roofline.py).
+// The exp bound: the float exp that a solve's setup takes once per element (Q = exp(K + h - c), the lanes
+// of ssr::cpu::exp_lanes in the instruction set this processor takes) from one m x n buffer into another: a
+// read, an exp and a write an element, the least a setup that reads the logits once and writes Q can cost
+// (bench/roofline.py).
 void BM_ExpBound(benchmark::State& state) {
   const ssr::index_t m = state.range(0), n = state.range(1);
   auto k = logits<float>(m, n);
   for (auto& e : k) e = std::min(e, 0.0f);  // K <= 0, as the kernel makes it
   std::vector<float> q(k.size());
+  const std::size_t whole = k.size() / ssr::cpu::lanes * ssr::cpu::lanes;
   for (auto _ : state) {
-    ssr::cpu::fexp::exp(k.data(), q.data(), m * n);
+    ssr::cpu::with_isa([&](auto isa) SSR_INLINE_LAMBDA {
+      ssr::cpu::Lanes<float> x, y;
+      for (std::size_t e = 0; e < whole; e += ssr::cpu::lanes) {
+        ssr::cpu::read(k.data() + e, x);
+        ssr::cpu::exp_lanes<ssr::cpu::Lanes<float>, decltype(isa)>(x, y);
+        ssr::cpu::write(q.data() + e, y);
+      }
+    });
+    for (std::size_t e = whole; e < k.size(); ++e) q[e] = ssr::math::exp_as<float>(k[e]);
     benchmark::DoNotOptimize(q.data());
     benchmark::ClobberMemory();
   }
   pass_counters<float>(state, 1, m, n);
 }
 
-// The pass in cache: the solver's pass (Simd<float>::pass_tiles, as a solve calls it: a block of
-// CpuTuning::rows_per_block(n) rows at a time, subnormals flushed) over one block of Q held in tiles, swept
+// The pass in cache: the solver's pass (ssr::cpu::pass_block, as a solve calls it: a block of
+// math::sum_block_rows(n) rows at a time, subnormals flushed) over one block of Q held in tiles, swept
 // again for each block of an m x n matrix: what an iteration costs the core when every read finds its data
 // in L1, the pass's own floor (bench/roofline.py).
 void BM_PassInCache(benchmark::State& state) {
-  using Simd = ssr::cpu::Simd<float>;
+  constexpr ssr::index_t tile = ssr::CpuTuning::tile;
   const ssr::index_t m = state.range(0), n = state.range(1);
-  const ssr::index_t per_block = ssr::CpuTuning::rows_per_block(n), blocks = ssr::CpuTuning::blocks(m, n);
+  const ssr::index_t per_block = ssr::math::sum_block_rows(n), blocks = ssr::math::sum_blocks(m, n);
   const ssr::index_t rows = std::min(m, per_block), last = m - (blocks - 1) * per_block;  // last: the last block's
-  const ssr::index_t tiles = (rows + Simd::tile - 1) / Simd::tile, last_tiles = (last + Simd::tile - 1) / Simd::tile;
+  const ssr::index_t tiles = ssr::CpuTuning::tiles(rows), last_tiles = ssr::CpuTuning::tiles(last);
   const auto s = logits<float>(rows, n);
   // Q = exp(S - max S) in tiles, as the setup makes it (every row holds a 1), and v = 1 (the first pass).
-  ssr::detail::AlignedBuffer<float> q_buffer, v_buffer, vt_buffer, sum_buffer, part_buffer;
-  float* q = q_buffer.reserve(static_cast<std::size_t>(tiles * Simd::tile * n));
-  std::fill(q, q + tiles * Simd::tile * n, 0.0f);
+  ssr::detail::AlignedBuffer<float> q_buffer, v_buffer, sum_buffer, part_buffer;
+  float* q = q_buffer.reserve(static_cast<std::size_t>(tiles * tile * n));
+  std::fill(q, q + tiles * tile * n, 0.0f);
   for (ssr::index_t i = 0; i < rows; ++i) {
     const float* row = s.data() + i * n;
     const float top = *std::max_element(row, row + n);
-    for (ssr::index_t j = 0; j < n; ++j) q[Simd::at_tile(i, j, n)] = std::exp(row[j] - top);
+    for (ssr::index_t j = 0; j < n; ++j) q[(i / tile * n + j) * tile + i % tile] = std::exp(row[j] - top);
   }
   float* v = v_buffer.reserve(static_cast<std::size_t>(n));
-  float* vt = vt_buffer.reserve(static_cast<std::size_t>(Simd::tile * n));
   std::fill(v, v + n, 1.0f);
-  Simd::spread(v, n, vt);
-  float* row_sum = sum_buffer.reserve(static_cast<std::size_t>(tiles * Simd::tile));
+  float* row_sum = sum_buffer.reserve(static_cast<std::size_t>(tiles * tile));
   float* part = part_buffer.reserve(static_cast<std::size_t>(n));
   for (auto _ : state) {
-    const ssr::cpu::lanes::FlushSubnormals flush;
+    const ssr::cpu::FlushSubnormals flush;
     for (ssr::index_t blk = 0; blk < blocks; ++blk) {
-      Simd::pass_tiles(flush, q, v, vt, n, blk + 1 < blocks ? tiles : last_tiles, row_sum, part);
+      ssr::cpu::with_isa([&](auto isa) SSR_INLINE_LAMBDA {
+        ssr::cpu::pass_block<float, decltype(isa)>(q, v, n, blk + 1 < blocks ? tiles : last_tiles, row_sum, part);
+      });
       benchmark::DoNotOptimize(part);
     }
     benchmark::ClobberMemory();
@@ -306,6 +300,25 @@ void run_policy(benchmark::State& state, const Policy& policy) {
 }
 
 int k_of(benchmark::State& state) { return static_cast<int>(state.range(2)); }
+
+// Softmax top-k a row at a time (math::softmax_row, the CPU backend's path where its tiles do not apply:
+// k > 8, selection by scores, bias or groups), on one thread: against BM_Route_SoftmaxTopK, what the tiles
+// are worth. Arguments: m, n, k.
+void BM_SoftmaxRowByRow(benchmark::State& state) {
+  const ssr::index_t m = state.range(0), n = state.range(1), k = state.range(2);
+  const auto s = logits<float>(m, n);
+  std::vector<std::int32_t> experts(static_cast<std::size_t>(m * k));
+  std::vector<float> weights(static_cast<std::size_t>(m * k));
+  ssr::RouteSpec spec;
+  spec.k = static_cast<int>(k);
+  for (auto _ : state) {
+    for (ssr::index_t i = 0; i < m; ++i)
+      ssr::math::softmax_row<float>(spec, s.data() + i * n, i, n, experts.data() + i * k, weights.data() + i * k,
+                                    nullptr);
+    benchmark::DoNotOptimize(weights.data());
+  }
+  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(m), benchmark::Counter::kIsIterationInvariantRate);
+}
 
 void BM_Route_SoftmaxTopK(benchmark::State& state) { run_policy(state, ssr::SoftmaxTopK(k_of(state))); }
 void BM_Route_SinkhornTopK_PlanWeights(benchmark::State& state) {
@@ -365,6 +378,7 @@ BENCHMARK(BM_ExpBound)->Apply(matrix_grid)->Unit(benchmark::kMicrosecond)->UseRe
 BENCHMARK(BM_PassInCache)->Apply(matrix_grid)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_ScalarExp)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Route_SoftmaxTopK)->Apply(policy_shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_SoftmaxRowByRow)->Apply(policy_shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Route_NoisySoftmaxTopK)->Apply(policy_shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Route_SinkhornTopK_PlanWeights)->Apply(policy_shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Route_SinkhornTopK_ScoreWeights)->Apply(policy_shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();

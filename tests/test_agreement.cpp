@@ -1,22 +1,13 @@
 // The backend under test against the CPU backend, on a grid of shapes (built into the Thrust and CUDA
 // test programs).
 //
-// Stated tolerance: softmax top-k runs the same scalar mathematics on every backend (ssr/math/, in double,
-// in the same order of operations), except that the CPU backend takes the exp of plain softmax top-k's
-// weights (k <= 8) for a tile of rows at once with its vector exp (cpu/simd.hpp, within 3 units in the
-// last place of T). On the host (Thrust's OMP system) the experts, noise and load are identical bits. On
-// the GPU, elementary functions the definitions take from the platform (sigmoid's exp, log-domain sums)
-// come from CUDA's libdevice, whose results may differ from the host's libm in the last bit of a double:
-// the experts and load are identical (no near-ties in these logits). The noise is math::normal_pair's on
-// every backend (the same formula's bits by construction); the test still allows it 4 units in the last
-// place, as it has not run on a GPU since. The weights agree within 4 units in the last place
-// on every backend (4.8e-7 absolute for float values up to 1, 9e-16 for double). For Sinkhorn the costs and noise are
-// those same values (the CPU's float kernel of the softmax cost without noise within (n + 8) 2^-24 / xi of them), but
-// the CPU and the CUDA backend's fused solve iterate in scaled form in T (the CPU with a vectorised exp) while the
-// Thrust algorithms iterate in the log domain in double, each adding the column sums in its own order; the potentials
-// agree to rounding, so on these random logits the experts are identical and the weights and plans agree within 2e-6
-// (float) and 1e-10 (double) absolute. A single token is the exception: its plan must be uniform, an exact tie between
-// all experts that rounding may break either way, so for m = 1 the Sinkhorn comparison checks the plan only.
+// The contract: every backend runs the same mathematics (ssr/math/) in the same order of operations, so on
+// the host (Thrust's OMP and CPP systems) the experts, weights, noise, plan, load and solve statistics are
+// the same bits as the CPU backend's, for a single token (whose uniform plan is an exact tie) too. On the
+// GPU nvcc may fuse a product and a sum that the host keeps apart (-fmad), which moves a double or float
+// value by an ulp; until a device run pins that down, the CUDA build of this test allows the values 4 ulps
+// of T (the Sinkhorn potentials, which such an ulp moves further, 2e-6 and 1e-10) and the iterations one
+// step, and still requires the same experts and load.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -42,20 +33,29 @@ double largest_difference(const std::vector<T>& a, const std::vector<T>& b) {
   return worst;
 }
 
-// How far the same double computation may land from the CPU's: 0 on the host, 4 ulps of T on the GPU.
+// How far a value may land from the CPU's: 0 on the host; on the GPU 4 ulps of T, or `solved` for values
+// that come out of a Sinkhorn solve.
 template <class T>
-double libm_tolerance() {
+double tolerance(double solved = 4 * static_cast<double>(std::numeric_limits<T>::epsilon())) {
 #ifdef SSR_TEST_CUDA
-  return 4 * static_cast<double>(std::numeric_limits<T>::epsilon());
+  return solved;
 #else
+  (void)solved;
   return 0;
 #endif
 }
 
-// How far softmax top-k's weights may land from the CPU's: 4 ulps of T on every backend.
 template <class T>
-double weights_tolerance() {
-  return 4 * static_cast<double>(std::numeric_limits<T>::epsilon());
+double solve_tolerance() {
+  return tolerance<T>(std::is_same<T, float>::value ? 2e-6 : 1e-10);
+}
+
+int iteration_tolerance() {
+#ifdef SSR_TEST_CUDA
+  return 1;
+#else
+  return 0;
+#endif
 }
 
 template <class T, class Policy>
@@ -69,7 +69,6 @@ test::Routed<T> route_cpu(const Policy& policy, const std::vector<T>& s, index_t
 }  // namespace
 
 TEMPLATE_TEST_CASE("the backend routes as the CPU backend", "[agreement]", float, double) {
-  const double tol = std::is_same<TestType, float>::value ? 2e-6 : 1e-10;
   for (index_t m : {1, 7, 1000, 5003}) {
     for (index_t n : {2, 8, 16, 100}) {
       for (Cost cost : {Cost::linear, Cost::softmax}) {
@@ -84,8 +83,8 @@ TEMPLATE_TEST_CASE("the backend routes as the CPU backend", "[agreement]", float
             const ssr::NoisyCost<ssr::SoftmaxTopK> soft(ssr::SoftmaxTopK(k, cost), alpha, 1.0);
             const auto a = route_cpu(soft, s, m, n, ctx), b = test::route(soft, s, m, n, ctx);
             REQUIRE(a.experts == b.experts);
-            REQUIRE(largest_difference(a.weights, b.weights) <= weights_tolerance<TestType>());
-            REQUIRE(largest_difference(a.noise, b.noise) <= libm_tolerance<TestType>());
+            REQUIRE(largest_difference(a.weights, b.weights) <= tolerance<TestType>());
+            REQUIRE(largest_difference(a.noise, b.noise) <= tolerance<TestType>());
             REQUIRE(a.load == b.load);
           }
 
@@ -93,14 +92,15 @@ TEMPLATE_TEST_CASE("the backend routes as the CPU backend", "[agreement]", float
             const ssr::NoisyCost<ssr::SinkhornTopK> sink(
                 ssr::SinkhornTopK(std::min<int>(2, static_cast<int>(n)), cost, {0.5, 1e-6, 100}, weights), alpha, 1.0);
             const auto c = route_cpu(sink, s, m, n, ctx), d = test::route(sink, s, m, n, ctx);
-            REQUIRE(largest_difference(c.noise, d.noise) <= libm_tolerance<TestType>());
-            for (std::size_t e = 0; e < c.plan.size(); ++e) REQUIRE(std::abs(c.plan[e] - d.plan[e]) <= tol);
-            if (m == 1) continue;
+            REQUIRE(largest_difference(c.noise, d.noise) <= tolerance<TestType>());
+            REQUIRE(largest_difference(c.plan, d.plan) <= solve_tolerance<TestType>());
+            REQUIRE(std::abs(c.info.iterations - d.info.iterations) <= iteration_tolerance());
+            REQUIRE(std::abs(c.info.marginal_error - d.info.marginal_error) <= solve_tolerance<TestType>());
+            if (m == 1 && iteration_tolerance() > 0) continue;  // rounding may break the uniform plan's tie
             REQUIRE(c.experts == d.experts);
             REQUIRE(c.load == d.load);
             REQUIRE(c.info.converged == d.info.converged);
-            REQUIRE(std::abs(c.info.iterations - d.info.iterations) <= 1);
-            for (std::size_t e = 0; e < c.weights.size(); ++e) REQUIRE(std::abs(c.weights[e] - d.weights[e]) <= tol);
+            REQUIRE(largest_difference(c.weights, d.weights) <= solve_tolerance<TestType>());
           }
         }
       }
@@ -109,7 +109,7 @@ TEMPLATE_TEST_CASE("the backend routes as the CPU backend", "[agreement]", float
 }
 
 TEST_CASE("wide rows route as on the CPU backend", "[agreement]") {
-  // n beyond the CUDA backend's fused Sinkhorn (608) and shared-memory load count (8192): its Thrust paths.
+  // n beyond the CUDA backend's fused softmax's widest lanes and its shared-memory load count (8192).
   for (const auto& shape : {std::pair<index_t, index_t>{300, 800}, {60, 9000}}) {
     const index_t m = shape.first, n = shape.second;
     const auto s = test::random_logits<float>(m, n, 2.0, 17, 3.0);
@@ -124,8 +124,9 @@ TEST_CASE("wide rows route as on the CPU backend", "[agreement]") {
     const auto c = route_cpu(sink, s, m, n, ctx), d = test::route(sink, s, m, n, ctx);
     REQUIRE(c.experts == d.experts);
     REQUIRE(c.load == d.load);
-    REQUIRE(largest_difference(c.weights, d.weights) <= 2e-6);
-    REQUIRE(std::abs(c.info.iterations - d.info.iterations) <= 1);
+    REQUIRE(largest_difference(c.weights, d.weights) <= solve_tolerance<float>());
+    REQUIRE(largest_difference(c.plan, d.plan) <= solve_tolerance<float>());
+    REQUIRE(std::abs(c.info.iterations - d.info.iterations) <= iteration_tolerance());
   }
 }
 
@@ -144,7 +145,7 @@ TEMPLATE_TEST_CASE("selections by scores, bias and groups route as on the CPU ba
           for (const Context& ctx : {Context::eval(), Context::eval().with_bias({b.data(), n})}) {
             const auto c = route_cpu(policy, s, m, n, ctx), d = test::route(policy, s, m, n, ctx);
             REQUIRE(c.experts == d.experts);
-            REQUIRE(largest_difference(c.weights, d.weights) <= weights_tolerance<TestType>());
+            REQUIRE(largest_difference(c.weights, d.weights) <= tolerance<TestType>());
             REQUIRE(c.load == d.load);
           }
         }

@@ -60,7 +60,7 @@ TEST_CASE("math::exp gives its formula's bits whichever fused multiply-add compu
   for (int i = 0; i < 100000; ++i) {
     const double x = u(gen);
     double formula = 0;
-    ssr::math::exp_of<double, std::uint64_t>(x, formula, ssr::math::FusedDouble{});
+    ssr::math::exp_of<double, std::uint64_t>(x, formula, ssr::math::Fused{});
     const double e = ssr::math::exp(x);
     INFO("x " << x);
     REQUIRE(std::memcmp(&e, &formula, sizeof e) == 0);

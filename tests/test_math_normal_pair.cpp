@@ -16,17 +16,17 @@
 
 namespace {
 
-using ssr::math::FusedDouble;
+using ssr::math::Fused;
 using ssr::math::SqrtDouble;
 
 double log_of(double x) {
   double y = 0;
-  ssr::math::log_of<double, std::uint64_t>(x, y, FusedDouble{});
+  ssr::math::log_of<double, std::uint64_t>(x, y, Fused{});
   return y;
 }
 
 void cos_sin_turn(double u, double& c, double& s) {
-  ssr::math::cos_sin_turn_of<double, std::uint64_t>(u, c, s, FusedDouble{});
+  ssr::math::cos_sin_turn_of<double, std::uint64_t>(u, c, s, Fused{});
 }
 
 // cos(2 pi u) and sin(2 pi u) in long double, from u's exact quarter-turn reduction (so that the reference
@@ -128,7 +128,7 @@ TEST_CASE("math::normal_pair gives its formula's bits whichever fused multiply-a
     const double u1 = ssr::random::uniform_open(word(gen)), u2 = ssr::random::uniform_open(word(gen));
     double a = 0, b = 0, fa = 0, fb = 0;
     ssr::math::normal_pair(u1, u2, a, b);
-    ssr::math::normal_pair_of<double, std::uint64_t>(u1, u2, fa, fb, FusedDouble{}, SqrtDouble{});
+    ssr::math::normal_pair_of<double, std::uint64_t>(u1, u2, fa, fb, Fused{}, SqrtDouble{});
     INFO("u1 " << u1 << " u2 " << u2);
     REQUIRE(std::memcmp(&a, &fa, sizeof a) == 0);
     REQUIRE(std::memcmp(&b, &fb, sizeof b) == 0);

@@ -1,7 +1,7 @@
 // What the CUDA backend promises an engine beyond the property tests: half and bfloat16 logits through
 // Router, all of a call's work on the caller's stream and none on the default stream, capture of unchecked
 // calls in a CUDA graph (which also proves they allocate nothing and never wait), repeatable bits, and its
-// row-group kernels giving the bits of the Thrust items they stand in for.
+// own kernels giving the bits of the Thrust items they stand in for.
 #include <catch2/catch.hpp>
 
 #include <cuda_bf16.h>
@@ -19,7 +19,6 @@
 #include <thrust/system/cuda/execution_policy.h>
 
 #include "ssr/backend/thrust/algorithms.hpp"
-#include "ssr/cuda/sinkhorn_rows.cuh"
 #include "ssr/cuda/softmax_topk.cuh"
 #include "support.hpp"
 
@@ -77,12 +76,11 @@ void require_low_precision_routes_as_float() {
   }
 }
 
-// The Sinkhorn kernel K (with and without noise, and the noise output) and the plan's top-k with its
-// weights, by sinkhorn_rows.cuh's groups of lanes, and the fused noisy softmax top-k (its row shift the
-// group's too), against the Thrust backend's row items, on logits with ties and signed zeros, in rows that
-// leave groups without a row in the last warp: the same bytes.
+// The fused noisy softmax top-k (its row shift by a group of lanes) against the Thrust backend's row items,
+// on logits with ties and signed zeros, in rows that leave groups without a row in the last warp: the
+// same bytes.
 template <class T>
-void require_row_groups_match_row_items() {
+void require_fused_softmax_matches_row_items() {
   namespace alg = ssr::thrust_algorithms;
   const index_t m = 1001;
   for (const index_t n : {1, 2, 3, 5, 16, 17, 40, 64, 65, 130, 608}) {
@@ -91,75 +89,34 @@ void require_row_groups_match_row_items() {
       s[e] = std::round(s[e] * 4) / 4;  // many ties within a row
       if (e % 7 == 3) s[e] = e % 2 ? T(0) : -T(0);
     }
-    std::vector<double> g(static_cast<std::size_t>(n));
-    for (index_t j = 0; j < n; ++j) g[j] = 0.125 * static_cast<double>((j * 5) % 7);  // ties in the plan too
-    test::Bytes logits(s.size() * sizeof(T), 0), pot(g.size() * sizeof(double), 0);
+    test::Bytes logits(s.size() * sizeof(T), 0);
     test::cuda_ok(cudaMemcpy(logits.data(), s.data(), s.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
-    test::cuda_ok(cudaMemcpy(pot.data(), g.data(), g.size() * sizeof(double), cudaMemcpyHostToDevice), "upload");
     const ssr::ConstMatrixView<T> in{static_cast<const T*>(logits.data()), m, n};
-    const auto* gd = static_cast<const double*>(pot.data());
-    for (const auto& [cost, alpha] : {std::pair{ssr::Cost::linear, 0.0}, std::pair{ssr::Cost::softmax, 0.0},
-                                       std::pair{ssr::Cost::linear, 0.4}, std::pair{ssr::Cost::softmax, 0.1}}) {
-      ssr::RouteSpec spec;
-      spec.path = ssr::Path::sinkhorn;
-      spec.cost = cost;
-      spec.noise_alpha = alpha;
-      spec.seed = 5;
-      spec.step = 3;
-      spec.sinkhorn.xi = 0.3;
-      test::Bytes ka(s.size() * sizeof(T), 0xff), kb(s.size() * sizeof(T), 0xff), na(s.size() * sizeof(T), 0xff),
-          nb(s.size() * sizeof(T), 0xff);
-      ssr::cuda::sinkhorn_kernel(in, spec, static_cast<T*>(ka.data()), {static_cast<T*>(na.data()), m, n},
-                                 cudaStream_t{});
-      alg::sinkhorn_kernel(thrust::cuda::par, spec, in, static_cast<T*>(kb.data()),
-                           ssr::MatrixView<T>{static_cast<T*>(nb.data()), m, n});
-      test::cuda_ok(cudaDeviceSynchronize(), "kernel");
+    for (const auto& [cost, alpha] : {std::pair{ssr::Cost::linear, 0.4}, std::pair{ssr::Cost::softmax, 0.1}}) {
+      ssr::RouteSpec soft;
+      soft.path = ssr::Path::softmax;
+      soft.cost = cost;
+      soft.noise_alpha = alpha;
+      soft.seed = 5;
+      soft.step = 3;
+      soft.k = static_cast<int>(std::min<index_t>(n, 3));
+      const std::size_t chosen = static_cast<std::size_t>(m * soft.k);
+      test::Bytes ea(chosen * 4, 0xff), eb(chosen * 4, 0xff), wa(chosen * sizeof(T), 0xff), wb(chosen * sizeof(T), 0xff),
+          na(s.size() * sizeof(T), 0xff), nb(s.size() * sizeof(T), 0xff);
+      ssr::cuda::softmax_topk(in, soft, ssr::MatrixView<std::int32_t>{static_cast<std::int32_t*>(ea.data()), m, soft.k},
+                              ssr::MatrixView<T>{static_cast<T*>(wa.data()), m, soft.k},
+                              ssr::MatrixView<T>{static_cast<T*>(na.data()), m, n}, cudaStream_t{});
+      const ssr::RouteOutputs<T> out_b{{static_cast<std::int32_t*>(eb.data()), m, soft.k},
+                                       {static_cast<T*>(wb.data()), m, soft.k},
+                                       {},
+                                       {},
+                                       {static_cast<T*>(nb.data()), m, n}};
+      alg::softmax_topk(thrust::cuda::par, soft, in, out_b);
+      test::cuda_ok(cudaDeviceSynchronize(), "softmax top-k");
       INFO("n " << n << ", cost " << ssr::to_string(cost) << ", alpha " << alpha);
-      REQUIRE(ka.read() == kb.read());
+      CHECK(ea.read() == eb.read());
+      CHECK(wa.read() == wb.read());
       CHECK(na.read() == nb.read());
-      if (alpha > 0) {
-        ssr::RouteSpec soft = spec;
-        soft.path = ssr::Path::softmax;
-        soft.k = static_cast<int>(std::min<index_t>(n, 3));
-        const std::size_t chosen = static_cast<std::size_t>(m * soft.k);
-        test::Bytes ea(chosen * 4, 0xff), eb(chosen * 4, 0xff), wa(chosen * sizeof(T), 0xff),
-            wb(chosen * sizeof(T), 0xff);
-        ssr::cuda::softmax_topk(in, soft, ssr::MatrixView<std::int32_t>{static_cast<std::int32_t*>(ea.data()), m, soft.k},
-                                ssr::MatrixView<T>{static_cast<T*>(wa.data()), m, soft.k},
-                                ssr::MatrixView<T>{static_cast<T*>(na.data()), m, n}, cudaStream_t{});
-        const ssr::RouteOutputs<T> out_b{{static_cast<std::int32_t*>(eb.data()), m, soft.k},
-                                         {static_cast<T*>(wb.data()), m, soft.k},
-                                         {},
-                                         {},
-                                         {static_cast<T*>(nb.data()), m, n}};
-        alg::softmax_topk(thrust::cuda::par, soft, in, out_b);
-        test::cuda_ok(cudaDeviceSynchronize(), "softmax top-k");
-        CHECK(ea.read() == eb.read());
-        CHECK(wa.read() == wb.read());
-        CHECK(na.read() == nb.read());
-      }
-      const auto* logk = static_cast<const T*>(ka.data());
-      for (int k = 1; k <= std::min<index_t>(n, ssr::CudaTuning::fused_max_k); k += k < 3 ? 1 : 5) {
-        for (const auto weights : {ssr::Weights::plan, ssr::Weights::scores}) {
-          for (const auto score : {ssr::Score::softmax, ssr::Score::sigmoid}) {
-            spec.k = k;
-            spec.weights = weights;
-            spec.select.score = score;
-            const std::size_t chosen = static_cast<std::size_t>(m * k);
-            test::Bytes ea(chosen * 4, 0xff), eb(chosen * 4, 0xff), wa(chosen * sizeof(T), 0xff),
-                wb(chosen * sizeof(T), 0xff);
-            const ssr::MatrixView<std::int32_t> experts_a{static_cast<std::int32_t*>(ea.data()), m, k};
-            const ssr::MatrixView<T> weights_a{static_cast<T*>(wa.data()), m, k};
-            ssr::cuda::plan_topk(in, spec, logk, gd, experts_a, weights_a, cudaStream_t{});
-            const ssr::RouteOutputs<T> out_b{{static_cast<std::int32_t*>(eb.data()), m, k}, {static_cast<T*>(wb.data()), m, k}};
-            alg::plan_topk(thrust::cuda::par, spec, in, logk, gd, out_b);
-            test::cuda_ok(cudaDeviceSynchronize(), "plan top-k");
-            INFO("k " << k << ", weights " << ssr::to_string(weights) << ", score " << ssr::to_string(score));
-            CHECK(ea.read() == eb.read());
-            CHECK(wa.read() == wb.read());
-          }
-        }
-      }
     }
   }
 }
@@ -175,9 +132,30 @@ TEST_CASE("half and bfloat16 logits route through Router as float logits of the 
   require_low_precision_routes_as_float<__nv_bfloat16>();
 }
 
-TEST_CASE("the row-group kernels give the bits of the Thrust row items", "[cuda]") {
-  require_row_groups_match_row_items<float>();
-  require_row_groups_match_row_items<double>();
+TEST_CASE("the fused softmax top-k gives the bits of the Thrust row items", "[cuda]") {
+  require_fused_softmax_matches_row_items<float>();
+  require_fused_softmax_matches_row_items<double>();
+}
+
+TEST_CASE("the cooperative Sinkhorn solve and its fallback of one launch a step give the same bits", "[cuda]") {
+  for (const index_t n : {4, 16, 130}) {
+    const index_t m = 3001, k = 2;
+    const auto s = test::random_logits<float>(m, n, 2.0, 7, 1.0);
+    ssr::Router<ssr::SinkhornTopK, ssr::CudaBackend<float>> router(
+        ssr::SinkhornTopK(k, ssr::Cost::softmax, {0.1, 1e-6, 200}));
+    DeviceCall<float> a(s, m, n, k), b(s, m, n, k);
+    const auto ia = router.route(a.in(), Context::train(0), a.out(), Options{}.waiting());
+    ssr::CudaTuning::force_sinkhorn_steps = true;
+    const test::OnExit restore{[] { ssr::CudaTuning::force_sinkhorn_steps = false; }};
+    const auto ib = router.route(b.in(), Context::train(0), b.out(), Options{}.waiting());
+    INFO("n " << n);
+    CHECK(ia.iterations > 1);
+    CHECK(ia.iterations == ib.iterations);
+    CHECK(ia.marginal_error == ib.marginal_error);
+    CHECK(a.experts.read() == b.experts.read());
+    CHECK(a.weights.read() == b.weights.read());
+    CHECK(a.load.read() == b.load.read());
+  }
 }
 
 TEST_CASE("a call runs on the caller's stream and puts nothing on the default stream", "[cuda][stream]") {

@@ -3,7 +3,7 @@
 // stream, workspace and checks (CallOptions).
 //
 // Header weight: this header brings the policies, views, Router, losses, load statistics, expert bias and
-// dispatch helpers, and the CPU backend (Eigen, OpenMP) except in CUDA translation units, which include
+// dispatch helpers, and the CPU backend (OpenMP) except in CUDA translation units, which include
 // <ssr/backend/cpu.hpp> when they want it.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The CPU backend: CpuBackend<T> (Eigen, OpenMP), for translation units that include it on its own.
+// The CPU backend: CpuBackend<T> (vector extensions, OpenMP), for translation units that include it on its own.
 #pragma once
 
 #include "ssr/backend/cpu/backend.hpp"

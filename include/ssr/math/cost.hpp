@@ -1,7 +1,8 @@
 // The cost of DESIGN section 1, element by element: C = c(S) (linear or row softmax), shifted so each
 // row's clean maximum is 0, plus the noise alpha * eps, clamped; and the Sinkhorn kernel
 // K = clamp((C - max C) / xi, -B, 0). A per-row shift changes neither a top-k nor the Sinkhorn plan,
-// and it keeps every value finite.
+// and it keeps every value finite. Each element's formula is written once for a double and for a vector
+// of doubles (the CPU's lanes: a tile's rows); a row's shifts are sums and maxima in index order.
 #pragma once
 
 #include <algorithm>
@@ -10,9 +11,11 @@
 
 #include "ssr/detail/hd.hpp"
 #include "ssr/math/exp.hpp"
+#include "ssr/math/lanes.hpp"
 #include "ssr/math/numeric.hpp"
 #include "ssr/spec.hpp"
 
+SSR_LANES_BEGIN
 namespace ssr {
 namespace math {
 
@@ -35,20 +38,50 @@ SSR_HD CostShift cost_shift(index_t n, Cost cost, const Logit& s) {
   return shift;
 }
 
-// c(S)_ij minus the row's maximum of c(S): S_ij - top (linear), softmax(S_i)_j - 1/sum (softmax).
-SSR_HD inline double shifted_cost(Cost cost, double s, const CostShift& shift) {
-  return cost == Cost::linear ? s - shift.top : math::exp(s - shift.top) / shift.sum - 1.0 / shift.sum;
+// c(S)_ij minus the row's maximum of c(S), for logits s (D: a double or a vector of doubles) with the row's
+// top and scale = 1 / sum: s - top (linear), (exp(s - top) - 1) * scale (softmax: softmax(S_i)_j - 1 / sum).
+// exp(x, y) sets y = math::exp's value lane by lane.
+template <class D, class Exp>
+SSR_HD SSR_INLINE void shifted_cost_of(Cost cost, const D& s, const D& top, const D& scale, const Exp& exp, D& out) {
+  if (cost == Cost::linear) {
+    out = s - top;
+    return;
+  }
+  exp(s - top, out);
+  out = (out - 1.0) * scale;
 }
 
-// x_ij = clamp(clamp(shifted cost) + clamp(z)) in [-B, B], B = cost_bound<T>(); z is the noise
-// alpha * eps_ij, null for none. Each term is clamped before the sum, so that an infinite shifted cost
-// (a logit of -DBL_MAX beside one of +DBL_MAX) and an infinite noise (a huge alpha) never meet as
-// inf - inf; for terms inside [-B, B] the inner clamps change nothing.
+SSR_HD inline double shifted_cost(Cost cost, double s, const CostShift& shift) {
+  double out;
+  shifted_cost_of(
+      cost, s, shift.top, 1.0 / shift.sum, [](double x, double& y) { y = math::exp(x); }, out);
+  return out;
+}
+
+// x = clamp(clamp(shifted cost) + clamp(z)) in [-B, B], B = cost_bound<T>(), in place of the shifted cost;
+// z is the noise alpha * eps_ij (noisy: false for none). Each term is clamped before the sum, so that an
+// infinite shifted cost (a logit of -DBL_MAX beside one of +DBL_MAX) and an infinite noise (a huge alpha)
+// never meet as inf - inf; for terms inside [-B, B] the inner clamps change nothing.
+template <class T, int Piece = piece_bytes, class D>
+SSR_HD SSR_INLINE void cost_value_of(D& x, bool noisy, const D& z) {
+  const D lo = D{} - cost_bound<T>(), hi = D{} + cost_bound<T>();
+  clamp_in<Piece>(x, lo, hi);
+  if (!noisy) return;
+  D noise = z;
+  clamp_in<Piece>(noise, lo, hi);
+  x = x + noise;
+  clamp_in<Piece>(x, lo, hi);
+}
+
 template <class T>
 SSR_HD double cost_value(double shifted, const double* z) {
-  const double b = cost_bound<T>(), c = clamp(shifted, -b, b);
-  return z ? clamp(c + clamp(*z, -b, b), -b, b) : c;
+  cost_value_of<T>(shifted, z != nullptr, z ? *z : 0.0);
+  return shifted;
 }
+
+// 1 / xi, or the largest double where that overflows: the kernel multiplies by it, and a zero cost
+// difference times it stays 0.
+SSR_HD inline double inverse_xi(double xi) { return std::min(1.0 / xi, std::numeric_limits<double>::max()); }
 
 // The kernel's shift of a row: max(-B, max_j x(j)).
 template <class T, class Cost_>
@@ -58,27 +91,19 @@ SSR_HD double kernel_shift(index_t n, const Cost_& x) {
   return top;
 }
 
-// K_ij = clamp((x_ij - shift) / xi, -B, 0): the cost in units of xi, each row's maximum 0.
+// K_ij = clamp((x_ij - shift) * (1 / xi), -B, 0): the cost in units of xi, each row's maximum 0, in place of x.
+template <class T, int Piece = piece_bytes, class D>
+SSR_HD SSR_INLINE void kernel_value_of(D& x, const D& shift, double inv_xi) {
+  x = (x - shift) * inv_xi;
+  clamp_in<Piece>(x, D{} - cost_bound<T>(), D{} + 0.0);
+}
+
 template <class T>
-SSR_HD double kernel_value(double x, double shift, double xi) {
-  return clamp((x - shift) / xi, -cost_bound<T>(), 0.0);
-}
-
-// The whole row, as the definitions above compose: x[j] = cost_value<T>(shifted_cost(S_ij)) with noise z
-// (null: none), for a backend with scratch for a row. s(j) is logit j.
-template <class T, class Logit>
-SSR_HD void cost_row(index_t n, Cost cost, const Logit& s, const double* z, double* x) {
-  const CostShift shift = cost_shift(n, cost, s);
-  for (index_t j = 0; j < n; ++j)
-    x[j] = cost_value<T>(shifted_cost(cost, static_cast<double>(s(j)), shift), z ? z + j : nullptr);
-}
-
-// k[j] = kernel_value<T>(x[j], kernel_shift<T>(x), xi) for a row of costs x.
-template <class T, class Out>
-SSR_HD void kernel_row(index_t n, const double* x, double xi, Out* kernel) {
-  const double shift = kernel_shift<T>(n, [x](index_t j) { return x[j]; });
-  for (index_t j = 0; j < n; ++j) kernel[j] = static_cast<Out>(kernel_value<T>(x[j], shift, xi));
+SSR_HD double kernel_value(double x, double shift, double inv_xi) {
+  kernel_value_of<T>(x, shift, inv_xi);
+  return x;
 }
 
 }  // namespace math
 }  // namespace ssr
+SSR_LANES_END

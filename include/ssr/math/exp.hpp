@@ -1,15 +1,22 @@
-// exp in double, one formula for every backend and every vector width, so that the costs built from it
-// (the softmax cost, softmax scores) have the same bits on the CPU, with Thrust and with CUDA, and the
-// CPU can take it eight rows at a time.
+// exp written once for every backend and every vector width, so that the values built from it (the
+// softmax cost, softmax scores, Sinkhorn's Q and scalings) have the same bits on the CPU, with Thrust and
+// with CUDA, and the CPU can take it eight rows at a time. Two formulas: one in double, and one in float
+// for the float Sinkhorn's Q = exp(K + h - c).
 //
-// The formula: x clamped to [-746, 710] (a NaN stays NaN); k = round(x / ln2) by the 1.5 * 2^52 shift;
+// In double: x clamped to [-746, 710] (a NaN stays NaN); k = round(x / ln2) by the 1.5 * 2^52 shift;
 // r = x - k ln2 in two fused steps (ln2 as the nearest double and its remainder: the first step is
 // exact); exp(r) by Taylor's polynomial of degree 13 (truncation below 5e-18 relative on |r| <= ln2 / 2)
 // in Horner's fused steps; then 2^k in two factors 2^a 2^b (a + b = k, each a normal power of two), so
 // that results below the least normal round once into the subnormals and those beyond the largest double
-// overflow to +inf. Every step is a fused multiply-add (rounded once: std::fma, exact on every host and
-// device), a product, a sum or bit operations: no compiler fuses anything more, and every width gives the
-// same bits. Within 1 ulp of the exact value (tests/test_math_exp.cpp measures it against long double).
+// overflow to +inf. Within 1 ulp (tests/test_math_exp.cpp measures it against long double).
+// In float: x clamped to [-88, 88] (NaN read as -88); n = round(8x / ln2) = 8k + j (j in [0, 8));
+// r = x - n ln2 / 8 in [-ln2/16, ln2/16] (Cody-Waite, fused); exp(r) - 1 by Taylor's polynomial of degree 4
+// (truncation below 1.3e-9 relative); s = 2^(j/8) (a table of 8 correctly rounded floats) times 2^k in the
+// exponent bits (0 for k = -127); and (exp(r) - 1) s + s rounded once. Within 0.88 ulp wherever the result
+// is normal; inputs below about -87.38 (-inf included) give 0, never NaN.
+// Every step is a fused multiply-add (std::fma, exact on every host and device, or the vector kernels'
+// instruction), a product, a sum or bit operations: no compiler fuses anything more, and every width gives
+// the same bits.
 #pragma once
 
 #include <cmath>
@@ -18,33 +25,22 @@
 #include <utility>
 
 #include "ssr/detail/hd.hpp"
+#include "ssr/math/lanes.hpp"
 
-#if defined(__GNUC__) && !defined(__CUDACC__)
-// Inlined into the CPU's vector paths (functions compiled for AVX2 or AVX-512), so that no vector is
-// passed to a function compiled for another target.
-#define SSR_EXP_INLINE __attribute__((always_inline)) inline
-#else
-#define SSR_EXP_INLINE inline
-#endif
-
+SSR_LANES_BEGIN
 namespace ssr {
 namespace math {
 
-// y = a * b + c rounded once, for plain doubles.
-struct FusedDouble {
-  SSR_HD void operator()(double& y, double a, double b, double c) const { y = std::fma(a, b, c); }
-};
-
 // p = c[0], then p = p * x + c[i] for i = 1 .. N - 1, each step fused (Horner's scheme, highest power
-// first), for D a double or a vector of doubles; the steps are written out at compile time (a loop kept its
-// vector steps a lane at a time: 6x slower).
-template <class D, class Fma, int N, int... I>
-SSR_HD SSR_EXP_INLINE void fused_horner_steps(D& p, const D& x, const double (&c)[N], const Fma& fma,
-                                              std::integer_sequence<int, I...> /*steps*/) {
+// first), for D a scalar or a vector; the steps are written out at compile time (a loop kept its vector
+// steps a lane at a time: 6x slower).
+template <class D, class Fma, class C, int N, int... I>
+SSR_HD SSR_INLINE void fused_horner_steps(D& p, const D& x, const C (&c)[N], const Fma& fma,
+                                          std::integer_sequence<int, I...> /*steps*/) {
   (fma(p, p, x, D{} + c[I + 1]), ...);
 }
-template <class D, class Fma, int N>
-SSR_HD SSR_EXP_INLINE void fused_horner(D& p, const D& x, const double (&c)[N], const Fma& fma) {
+template <class D, class Fma, class C, int N>
+SSR_HD SSR_INLINE void fused_horner(D& p, const D& x, const C (&c)[N], const Fma& fma) {
   p = D{} + c[0];
   fused_horner_steps(p, x, c, fma, std::make_integer_sequence<int, N - 1>{});
 }
@@ -54,10 +50,9 @@ SSR_HD SSR_EXP_INLINE void fused_horner(D& p, const D& x, const double (&c)[N], 
 // reference: none crosses a function boundary by value (which would change the ABI in a build without
 // their registers).
 template <class D, class U, class Fma>
-SSR_HD SSR_EXP_INLINE void exp_of(const D& in, D& out, const Fma& fma) {
-  const D lo = D{} - 746.0, hi = D{} + 710.0;
-  D x = in < lo ? lo : in;  // std::max(in, lo): a NaN stays
-  x = hi < x ? hi : x;      // std::min(x, hi)
+SSR_HD SSR_INLINE void exp_of(const D& in, D& out, const Fma& fma) {
+  D x = in;
+  clamp_in<Fma::piece>(x, D{} - 746.0, D{} + 710.0);  // a NaN stays
   // k = round(x / ln2): 1.5 * 2^52 + k is a double whose last bits are k (ulp 1 there).
   const D magic = D{} + 6755399441055744.0, log2e = D{} + 1.4426950408889634;
   const D ln2_hi = D{} - 0.6931471805599453, ln2_lo = D{} - 2.3190468138462996e-17;  // -ln2 in two parts
@@ -96,6 +91,57 @@ SSR_HD SSR_EXP_INLINE void exp_of(const D& in, D& out, const Fma& fma) {
   out = p * two_a * two_b;
 }
 
+// 2^(j/8) for j in [0, 8), each the float nearest the exact value, twice over (a 16-lane vector's table).
+alignas(64) inline constexpr float eighths[16] = {0x1p+0f,        0x1.172b84p+0f, 0x1.306fe0p+0f, 0x1.4bfdaep+0f,
+                                           0x1.6a09e6p+0f, 0x1.8ace54p+0f, 0x1.ae89fap+0f, 0x1.d5818ep+0f,
+                                           0x1p+0f,        0x1.172b84p+0f, 0x1.306fe0p+0f, 0x1.4bfdaep+0f,
+                                           0x1.6a09e6p+0f, 0x1.8ace54p+0f, 0x1.ae89fap+0f, 0x1.d5818ep+0f};
+
+// y = eighths[i & 7] for a scalar (a vector kernel passes a lookup of its own: a permutation of a vector).
+struct EighthsScalar {
+  SSR_HD void operator()(std::int32_t i, float& y) const {
+#if defined(__CUDA_ARCH__)
+    constexpr float table[8] = {0x1p+0f,        0x1.172b84p+0f, 0x1.306fe0p+0f, 0x1.4bfdaep+0f,
+                                0x1.6a09e6p+0f, 0x1.8ace54p+0f, 0x1.ae89fap+0f, 0x1.d5818ep+0f};
+    y = table[i & 7];
+#else
+    y = eighths[i & 7];
+#endif
+  }
+};
+
+// out = exp(in) in float (see the top of this file) for F a float or a vector of floats, I the 32-bit
+// integers of its shape, fma as in exp_of and lookup(i, y) setting y = eighths[i & 7] lane by lane.
+template <class F, class I, class Fma, class Lookup>
+SSR_HD SSR_INLINE void exp_float_of(const F& in, F& out, const Fma& fma, const Lookup& lookup) {
+  F x = in;
+  clamp_in<Fma::piece>(x, F{} - 88.0f, F{} + 88.0f);
+  // n = round(8x / ln2): 1.5 * 2^23 + n is a float whose last bits are n (ulp 1 there).
+  const F magic = F{} + 12582912.0f;
+  // -ln2 / 8 in two parts: the first's 12 bits times n's (|n| <= 1016) exact, so the first step is exact.
+  F shifted, r, y, p, result;
+  fma(shifted, x, F{} + 11.5415602f, magic);
+  const F nf = shifted - magic;
+  fma(r, nf, F{} - 0x1.62ep-4f, x);
+  fma(r, nf, F{} - 3.99327291e-6f, r);
+  // exp(r) - 1 = r + r^2 (1/2 + r/6 + r^2/24).
+  fma(y, r, F{} + 4.16666679e-2f, F{} + 1.66666672e-1f);
+  fma(y, y, r, F{} + 0.5f);
+  const F yr = y * r;
+  fma(p, yr, r, r);
+  // n + 1016 in [0, 2032] for x in [-88, 88]: j its last three bits, k + 127 the rest, in the exponent bits.
+  I bits;
+  std::memcpy(&bits, &shifted, sizeof bits);
+  bits -= 0x4b400000 - 1016;
+  F eighth, two_k;
+  lookup(bits, eighth);
+  bits = bits >> 3 << 23;
+  std::memcpy(&two_k, &bits, sizeof two_k);
+  const F s = eighth * two_k;  // exact: a power of two times a float, or 0 (k = -127)
+  fma(result, p, s, s);        // (p + 1) s rounded once
+  out = result;
+}
+
 #if defined(__GNUC__) && !defined(__CUDACC__) && defined(__x86_64__) && !defined(__FMA__)
 // A build for the x86-64 baseline has no fused multiply-add instruction: std::fma is then a call to libm,
 // and exp a dozen of them (28 ns where glibc's exp takes 3). Where the processor has FMA, exp takes a copy
@@ -103,7 +149,12 @@ SSR_HD SSR_EXP_INLINE void exp_of(const D& in, D& out, const Fma& fma) {
 #define SSR_EXP_DISPATCH_FMA 1
 __attribute__((target("fma"))) inline double exp_fma(double x) {
   double y;
-  exp_of<double, std::uint64_t>(x, y, FusedDouble{});
+  exp_of<double, std::uint64_t>(x, y, Fused{});
+  return y;
+}
+__attribute__((target("fma"))) inline float exp_float_fma(float x) {
+  float y;
+  exp_float_of<float, std::int32_t>(x, y, Fused{}, EighthsScalar{});
   return y;
 }
 inline bool has_fma() {
@@ -121,12 +172,27 @@ SSR_HD inline double exp(double x) {
   if (has_fma()) return exp_fma(x);
 #endif
   double y;
-  exp_of<double, std::uint64_t>(x, y, FusedDouble{});
+  exp_of<double, std::uint64_t>(x, y, Fused{});
   return y;
+}
+
+// exp(x) by T's formula: the float one for floats, the double one for doubles.
+template <class T>
+SSR_HD inline T exp_as(T x) {
+  if constexpr (sizeof(T) == sizeof(float)) {
+#if defined(SSR_EXP_DISPATCH_FMA)
+    if (has_fma()) return exp_float_fma(x);
+#endif
+    float y;
+    exp_float_of<float, std::int32_t>(x, y, Fused{}, EighthsScalar{});
+    return y;
+  } else {
+    return math::exp(x);
+  }
 }
 
 }  // namespace math
 }  // namespace ssr
+SSR_LANES_END
 
-#undef SSR_EXP_INLINE
 #undef SSR_EXP_DISPATCH_FMA

@@ -2,10 +2,7 @@
 // sin and cos written once in double for every backend and every vector width (as math::exp is), so that
 // the cost noise has the same bits on the CPU, with Thrust and with CUDA, and the CPU can draw it in vectors.
 //
-// log(x), x a positive normal double: x = 2^k z with z in [sqrt(2)/2, sqrt(2)) from the bits, f = z - 1
-// (exact), s = f / (2 + f), log(1 + f) = 2 atanh(s) = f - (f^2 / 2 - s (f^2 / 2 + R(s^2))) with R the
-// polynomial of degree 7 in s^2 of the classic fdlibm log (its coefficients), and k ln2 added as a
-// product exact in its first part (ln2 to 32 bits) plus a remainder.
+// log: math::log_of (log.hpp).
 // cos(2 pi u), sin(2 pi u), u in [0, 1]: q = round(4u), r = u - q / 4 in [-1/8, 1/8] (both exact), sin(2 pi r)
 // and cos(2 pi r) by Taylor's polynomials in r of degrees 17 and 18 (truncation below 1e-19), 2 pi and
 // -2 pi^2 as their nearest doubles plus remainders, and r^2's rounding error carried into cos, then rotated
@@ -22,53 +19,16 @@
 
 #include "ssr/detail/hd.hpp"
 #include "ssr/math/exp.hpp"
+#include "ssr/math/log.hpp"
 
-#if defined(__GNUC__) && !defined(__CUDACC__)
-#define SSR_NORMAL_PAIR_INLINE __attribute__((always_inline)) inline
-#else
-#define SSR_NORMAL_PAIR_INLINE inline
-#endif
 
+SSR_LANES_BEGIN
 namespace ssr {
 namespace math {
 
-// out = log(in) for D a double or a vector of doubles, U the unsigned 64-bit integers of its shape, fma as in
-// exp_of; for positive normal finite doubles (the uniforms of the noise, in (0, 1)).
-template <class D, class U, class Fma>
-SSR_HD SSR_NORMAL_PAIR_INLINE void log_of(const D& in, D& out, const Fma& fma) {
-  U bits;
-  std::memcpy(&bits, &in, sizeof bits);
-  // tmp's top 12 bits are k (mod 4096) where z = x / 2^k lies in [sqrt(2)/2, sqrt(2)) (0x3fe6a09e667f3bcd:
-  // sqrt(2)/2's bits); k + 2048 (in [973, 3072]) put in the low bits of 2^52 gives k as a double.
-  const U tmp = bits - (U{} + 0x3fe6a09e667f3bcdull);
-  const U z_bits = bits - (tmp & (U{} + 0xfff0000000000000ull));
-  const U k_bits = (((tmp >> 52) + 2048) & (U{} + 0xfffull)) | (U{} + 0x4330000000000000ull);
-  D z, k_shifted;
-  std::memcpy(&z, &z_bits, sizeof z);
-  std::memcpy(&k_shifted, &k_bits, sizeof k_shifted);
-  const D k = k_shifted - (D{} + 4503599627372544.0);  // 2^52 + 2048
-  const D f = z - 1.0;
-  const D s = f / (f + 2.0);
-  const D s2 = s * s;
-  constexpr double lg[] = {1.479819860511658591e-01, 1.531383769920937332e-01, 1.818357216161805012e-01,
-                           2.222219843214978396e-01, 2.857142874366239149e-01, 3.999999999940941908e-01,
-                           6.666666666666735130e-01};  // fdlibm's Lg7 down to Lg1
-  D p;
-  fused_horner(p, s2, lg, fma);
-  const D half_f = f * 0.5;   // exact
-  const D hfsq = half_f * f;  // f^2 / 2
-  D t, u, v;
-  fma(t, p, s2, hfsq);                            // f^2 / 2 + R
-  const D k_lo = k * 1.90821492927058770002e-10;  // k ln2's remainder
-  fma(u, s, t, k_lo);
-  fma(v, half_f, f, -u);  // f^2 / 2 - u
-  const D w = v - f;
-  fma(out, k, D{} + 6.93147180369123816490e-01, -w);  // k ln2's first part (an exact product) - w
-}
-
 // cos(2 pi u) and sin(2 pi u) for D a double or a vector of doubles, U as in log_of; for u in [0, 1].
 template <class D, class U, class Fma>
-SSR_HD SSR_NORMAL_PAIR_INLINE void cos_sin_turn_of(const D& u, D& cos_out, D& sin_out, const Fma& fma) {
+SSR_HD SSR_INLINE void cos_sin_turn_of(const D& u, D& cos_out, D& sin_out, const Fma& fma) {
   // q = round(4u) by the 1.5 * 2^52 shift (its last bits are q); r = u - q / 4, exact.
   const D magic = D{} + 6755399441055744.0;
   D shifted, r;
@@ -118,7 +78,7 @@ SSR_HD SSR_NORMAL_PAIR_INLINE void cos_sin_turn_of(const D& u, D& cos_out, D& si
 // The pair sqrt(-2 log u1) (cos 2 pi u2, sin 2 pi u2), u1 in (0, 1], u2 in [0, 1]; sqrt(y, x) sets
 // y = sqrt(x), correctly rounded.
 template <class D, class U, class Fma, class Sqrt>
-SSR_HD SSR_NORMAL_PAIR_INLINE void normal_pair_of(const D& u1, const D& u2, D& first, D& second, const Fma& fma,
+SSR_HD SSR_INLINE void normal_pair_of(const D& u1, const D& u2, D& first, D& second, const Fma& fma,
                                                   const Sqrt& sqrt) {
   D log_u, radius, c, s;
   log_of<D, U>(u1, log_u, fma);
@@ -137,7 +97,7 @@ struct SqrtDouble {
 // As for exp (exp.hpp): a baseline x86-64 build takes a copy compiled for FMA where the processor has it.
 #define SSR_NORMAL_PAIR_DISPATCH_FMA 1
 __attribute__((target("fma"))) inline void normal_pair_fma(double u1, double u2, double& first, double& second) {
-  normal_pair_of<double, std::uint64_t>(u1, u2, first, second, FusedDouble{}, SqrtDouble{});
+  normal_pair_of<double, std::uint64_t>(u1, u2, first, second, Fused{}, SqrtDouble{});
 }
 #endif
 
@@ -146,11 +106,11 @@ SSR_HD inline void normal_pair(double u1, double u2, double& first, double& seco
 #if defined(SSR_NORMAL_PAIR_DISPATCH_FMA)
   if (has_fma()) return normal_pair_fma(u1, u2, first, second);
 #endif
-  normal_pair_of<double, std::uint64_t>(u1, u2, first, second, FusedDouble{}, SqrtDouble{});
+  normal_pair_of<double, std::uint64_t>(u1, u2, first, second, Fused{}, SqrtDouble{});
 }
 
 }  // namespace math
 }  // namespace ssr
+SSR_LANES_END
 
-#undef SSR_NORMAL_PAIR_INLINE
 #undef SSR_NORMAL_PAIR_DISPATCH_FMA

@@ -1,5 +1,5 @@
 // The numeric building blocks of the routing mathematics: the bounds that keep every value finite, the
-// finiteness test, clamping and log-sum-exp. Host and device functions, computing in double.
+// finiteness test and clamping. Host and device functions, computing in double.
 #pragma once
 
 #include <algorithm>
@@ -38,16 +38,6 @@ SSR_HD inline double clamp(double v, double lo, double hi) { return std::min(std
 template <class V>
 SSR_HD bool is_finite(V x) {
   return x - x == V(0);  // NOLINT(misc-redundant-expression): the test itself
-}
-
-// log sum_i exp(v(i)) over i in [0, count): the maximum first, then the shifted sum in index order.
-template <class Value>
-SSR_HD double logsumexp(index_t count, const Value& v) {
-  double top = -std::numeric_limits<double>::infinity();
-  for (index_t i = 0; i < count; ++i) top = std::max(top, static_cast<double>(v(i)));
-  double sum = 0;
-  for (index_t i = 0; i < count; ++i) sum += std::exp(static_cast<double>(v(i)) - top);
-  return top + std::log(sum);
 }
 
 }  // namespace math

@@ -10,6 +10,7 @@
 
 #include "ssr/detail/hd.hpp"
 #include "ssr/math/cost.hpp"
+#include "ssr/math/log.hpp"
 #include "ssr/math/topk.hpp"
 #include "ssr/spec.hpp"
 #include "ssr/view.hpp"
@@ -20,18 +21,20 @@ namespace math {
 // The most groups group-limited top-k takes: a row's kept groups fit one 64-bit mask.
 constexpr int max_groups = 64;
 
-// sigmoid(x), without overflow for any x.
+// sigmoid(x), without overflow for any x (math::exp: the same bits on every backend).
 SSR_HD inline double sigmoid(double x) {
-  if (x >= 0) return 1 / (1 + std::exp(-x));
-  const double e = std::exp(x);
+  if (x >= 0) return 1 / (1 + math::exp(-x));
+  const double e = math::exp(x);
   return e / (1 + e);
 }
 
 // log s(x) up to a per-row constant, what score weights take a softmax of: x for softmax scores (the
-// row's normaliser cancels over the chosen experts), log sigmoid(x) for sigmoid scores.
+// row's normaliser cancels over the chosen experts), log sigmoid(x) = min(x, 0) - log(1 + exp(-|x|)) for
+// sigmoid scores (math::log of a value in [1, 2]).
 SSR_HD inline double log_score(Score score, double x) {
   if (score == Score::softmax) return x;
-  return x < 0 ? x - std::log1p(std::exp(x)) : -std::log1p(std::exp(-x));
+  const double tail = math::log(1 + math::exp(x < 0 ? x : -x));
+  return x < 0 ? x - tail : -tail;
 }
 
 // d log s(x) / dx of an element-wise score: 1 for softmax scores (over the chosen experts they are

@@ -1,8 +1,7 @@
-// CudaBackend<T>: routing on an NVIDIA GPU. Views hold device pointers. Fused kernels take the hot paths
-// (softmax top-k ranking the logits, k <= CudaTuning::fused_max_k; the Sinkhorn iterations in one
-// cooperative kernel for n up to 608, CudaTuning::sinkhorn_fits), and a group of lanes a row takes the
-// Sinkhorn route's kernel K and its final top-k where no plan is asked (sinkhorn_rows.cuh);
-// the Thrust backend's algorithms take the rest (selection by scores, bias or groups among them). Every
+// CudaBackend<T>: routing on an NVIDIA GPU. Views hold device pointers. A fused kernel takes softmax top-k
+// where it ranks the logits (k <= CudaTuning::fused_max_k), the Sinkhorn iterations run in one cooperative
+// kernel where the device holds its grid (sinkhorn.cuh), and the Thrust backend's algorithms take the rest
+// (selection by scores, bias or groups, the Sinkhorn kernel and outputs, a distributed solve's steps). Every
 // kernel and copy of a call is ordered on CallOptions::stream. A call waits for the host only where
 // asked: the finiteness check reads one flag back (off with check_finite = false), and the Sinkhorn
 // path's statistics reach RouteInfo through Router::wait (or CallOptions::wait). Workspace: the caller's,
@@ -25,7 +24,6 @@
 #include "ssr/cuda/scalar.cuh"
 #include "ssr/cuda/scan.cuh"
 #include "ssr/cuda/sinkhorn.cuh"
-#include "ssr/cuda/sinkhorn_rows.cuh"
 #include "ssr/cuda/softmax_topk.cuh"
 #include "ssr/cuda/tuning.cuh"
 #include "ssr/detail/workspace.hpp"
@@ -89,18 +87,9 @@ class CudaBackend {
         alg::softmax_topk(exec, spec, s, out);
       }
     } else if (spec.path == Path::sinkhorn && rows > 0) {  // a rank without rows still joins the reductions
-      cuda::sinkhorn_kernel(s, spec, b.wide.logk, out.noise, stream);
-      const auto plan_topk = [&](const T* logk, const double* g) {
-        if (spec.k <= CudaTuning::fused_max_k && out.plan.empty()) {
-          cuda::plan_topk(s, spec, logk, g, out.experts, out.weights, stream);
-        } else {
-          alg::plan_topk(exec, spec, s, logk, g, out);
-        }
-      };
-      if (!options.communicator && CudaTuning::sinkhorn_fits(n)) {
-        cuda::sinkhorn_solve(b.fused, m, n, spec.sinkhorn, stream);
-        plan_topk(b.fused.logk, b.fused.g);
-        info.pending = b.fused.stats;
+      alg::sinkhorn_kernel(exec, spec, s, b.sinkhorn.logk, out.noise);
+      if (!options.communicator && cuda::sinkhorn_solve(b.sinkhorn, m, n, spec.sinkhorn, stream)) {
+        info.pending = &b.sinkhorn.state->stats;
       } else {  // the decision on the device; with ranks, read after each iteration (see docs/distributed.md)
         const auto read = [stream](const thrust_kernels::SolveState* state) {
           thrust_kernels::SolveState host{};
@@ -108,15 +97,15 @@ class CudaBackend {
           cuda::check(cudaStreamSynchronize(stream), "read state");
           return host;
         };
-        const SolveStats stats = alg::sinkhorn_iterate(exec, b.wide, m, rows, n, spec.sinkhorn, options.communicator,
-                                                       stream, /*host_decides=*/false, read);
-        plan_topk(b.wide.logk, b.wide.g);
+        const SolveStats stats = alg::sinkhorn_iterate(exec, b.sinkhorn, m, rows, n, spec.sinkhorn,
+                                                       options.communicator, stream, /*host_decides=*/false, read);
         if (options.communicator) {
           info.set(stats);
         } else {
-          info.pending = &b.wide.state->stats;
+          info.pending = &b.sinkhorn.state->stats;
         }
       }
+      alg::solved_rows(exec, spec, s, b.sinkhorn, out);
     }
     if (!out.load.empty()) {
       if (n <= CudaTuning::count_max_experts) {
@@ -155,20 +144,16 @@ class CudaBackend {
 
  private:
   struct Layout {
-    unsigned long long* flag;                    // the checks' result (first, so every layout has it there)
-    std::int32_t* load_counts;                   // n > count_max_experts: the Thrust load count's blocks
-    thrust_algorithms::SinkhornBuffers<T> wide;  // the Thrust solve's (n > 608, or ranks)
-    cuda::SinkhornBuffers<T> fused;              // the fused solve's, sharing the kernel and row potentials
+    unsigned long long* flag;                        // the checks' result (first, so every layout has it there)
+    std::int32_t* load_counts;                       // n > count_max_experts: the Thrust load count's blocks
+    thrust_algorithms::SinkhornBuffers<T> sinkhorn;  // the solve's, cooperative or one launch a step
   };
 
   static Layout layout(detail::Carve& c, const RouteSpec& spec, index_t m, index_t n) {
     Layout l{};
     l.flag = c.take<unsigned long long>(1);
     if (n > CudaTuning::count_max_experts) l.load_counts = thrust_algorithms::load_layout(c, m, n);
-    if (spec.path == Path::sinkhorn) {
-      l.wide = thrust_algorithms::sinkhorn_layout<T>(c, m, n);
-      if (CudaTuning::sinkhorn_fits(n)) l.fused = cuda::sinkhorn_layout<T>(c, m, n, l.wide.logk, l.wide.f);
-    }
+    if (spec.path == Path::sinkhorn) l.sinkhorn = thrust_algorithms::sinkhorn_layout<T>(c, m, n);
     return l;
   }
 

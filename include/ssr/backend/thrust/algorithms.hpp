@@ -44,21 +44,34 @@ V read_value(const V* p) {
 
 template <class T>
 struct SinkhornBuffers {
-  T* logk;                            // m x n kernel
-  double *f, *g, *partial, *colsum;   // m, n, blocks x n, n
-  thrust_kernels::SolveState* state;  // one
-  std::int64_t* limbs;                // exact sums over ranks: exact_limbs x n
-  double *column_max, *column_sum;    // log-domain columns of a distributed solve: n, n
+  T *logk, *q;                                  // m x n: K and Q
+  T *top, *row_sum, *inv;                       // m each: c_i, r_i and 1 / r_i
+  T* lanes;                                     // sum_blocks x sum_lanes x n: the column shares' lanes
+  T *gt, *h, *v;                                // n each
+  double *g, *colsum;                           // n each
+  thrust_kernels::SolveState* state;            // one
+  std::int64_t* limbs;                          // exact sums over ranks: exact_limbs x n
+  double *column_max, *column_sum;              // log-domain columns of a distributed solve: n, n
+
+  SSR_HD thrust_kernels::ScaledSolve<T> solve(index_t m, index_t n) const {
+    return {logk, q, top, row_sum, inv, lanes, gt, h, v, g, state, m, n};
+  }
 };
 
 template <class T>
 SinkhornBuffers<T> sinkhorn_layout(detail::Carve& c, index_t m, index_t n) {
-  const auto cols = static_cast<std::size_t>(n);
+  const auto cols = static_cast<std::size_t>(n), rows = static_cast<std::size_t>(m);
   SinkhornBuffers<T> b{};
-  b.logk = c.take<T>(static_cast<std::size_t>(m * n));
-  b.f = c.take<double>(static_cast<std::size_t>(m));
+  b.logk = c.take<T>(rows * cols);
+  b.q = c.take<T>(rows * cols);
+  b.top = c.take<T>(rows);
+  b.row_sum = c.take<T>(rows);
+  b.inv = c.take<T>(rows);
+  b.lanes = c.take<T>(static_cast<std::size_t>(math::sum_blocks(m, n) * math::sum_lanes) * cols);
+  b.gt = c.take<T>(cols);
+  b.h = c.take<T>(cols);
+  b.v = c.take<T>(cols);
   b.g = c.take<double>(cols);
-  b.partial = c.take<double>(static_cast<std::size_t>(ThrustTuning::blocks(m)) * cols);
   b.colsum = c.take<double>(cols);
   b.state = c.take<thrust_kernels::SolveState>(1);
   b.limbs = c.take<std::int64_t>(math::exact_limbs * cols);
@@ -93,7 +106,7 @@ SolveStats sinkhorn_iterate(const Exec& exec, const SinkhornBuffers<T>& b, index
                             const SinkhornParams& params, const Communicator<Stream>* comm, Stream stream,
                             bool host_decides, const ReadState& read_state) {
   namespace kernels = thrust_kernels;
-  const index_t blocks = ThrustTuning::blocks(m);
+  const index_t blocks = math::sum_blocks(m, n);
   const bool distributed = comm != nullptr;
   host_decides = host_decides || distributed;
   const auto sum_over_ranks = [&](double* values) {  // NOLINT(readability-non-const-parameter): FromExact writes
@@ -101,12 +114,18 @@ SolveStats sinkhorn_iterate(const Exec& exec, const SinkhornBuffers<T>& b, index
     comm->sum(b.limbs, static_cast<std::size_t>(math::exact_limbs * n), stream);
     for_each_index(exec, n, kernels::FromExact{b.limbs, values});
   };
+  const kernels::ScaledSolve<T> solve = b.solve(m, n);
   thrust::fill(exec, b.g, b.g + n, 0.0);
+  thrust::fill(exec, b.gt, b.gt + n, T(0));
+  thrust::fill(exec, b.h, b.h + n, T(0));
+  thrust::fill(exec, b.v, b.v + n, T(1));
   thrust::fill(exec, b.state, b.state + 1, kernels::SolveState{});
   kernels::SolveState host{};
   for (int it = 0; it < params.max_iters; ++it) {
-    for_each_index(exec, blocks, kernels::SinkhornBlock<T>{b.logk, b.g, b.f, b.partial, b.state, m, n});
-    for_each_index(exec, n, kernels::ColumnSum{b.partial, b.colsum, b.state, n, blocks});
+    for_each_index(exec, m, kernels::ScaledRows<T>{solve});
+    for_each_index(exec, m, kernels::RowSum<T>{solve});
+    for_each_index(exec, blocks * math::sum_lanes * n, kernels::ColumnLane<T>{solve});
+    for_each_index(exec, n, kernels::ColumnSum<T>{b.lanes, b.v, b.colsum, b.state, n, blocks});
     if (distributed) sum_over_ranks(b.colsum);
     for_each_index(exec, 1, kernels::Decide<T>{b.colsum, b.state, params, rows, n, distributed});
     if (host_decides) {
@@ -114,23 +133,25 @@ SolveStats sinkhorn_iterate(const Exec& exec, const SinkhornBuffers<T>& b, index
       if (host.done) break;
     }
     if (host.log_columns > 0) {  // the same columns on every rank: their sums are the same bits
-      const kernels::LogColumns<T> columns{b.logk, b.f, b.colsum, b.column_max, b.column_sum, b.g, m, rows, n};
+      const kernels::LogColumns<T> columns{solve, b.colsum, b.column_max, b.column_sum, rows};
       for_each_index(exec, n, kernels::LogColumnMax<T>{columns});
       comm->max(b.column_max, static_cast<std::size_t>(n), stream);
       for_each_index(exec, n, kernels::LogColumnSum<T>{columns});
       sum_over_ranks(b.column_sum);
       for_each_index(exec, n, kernels::LogColumnUpdate<T>{columns});
     }
-    for_each_index(exec, n, kernels::ColumnUpdate<T>{b.logk, b.f, b.colsum, b.g, b.state, m, rows, n, distributed});
+    for_each_index(exec, n, kernels::ColumnUpdate<T>{solve, b.colsum, rows, distributed});
+    for_each_index(exec, 1, kernels::Scale<T>{solve});
   }
   return host.stats;
 }
 
-// Top-k of the final plan exp(K + f + g), its weights and, when asked, the plan.
+// The outputs of every row from the last pass of sinkhorn_iterate (math::solved_row).
 template <class Exec, class In, class T>
-void plan_topk(const Exec& exec, const RouteSpec& spec, ConstMatrixView<In> s, const T* logk, const double* g,
-               const RouteOutputs<T>& out) {
-  for_each_index(exec, s.rows, thrust_kernels::PlanRow<In, T>{spec, s, logk, g, out.experts, out.weights, out.plan});
+void solved_rows(const Exec& exec, const RouteSpec& spec, ConstMatrixView<In> s, const SinkhornBuffers<T>& b,
+                 const RouteOutputs<T>& out) {
+  for_each_index(exec, s.rows, thrust_kernels::SolvedRow<In, T>{spec, s, b.logk, b.q, b.v, b.gt, b.row_sum,
+                                                                 out.experts, out.weights, out.plan});
 }
 
 // load[j] = number of assignments to expert j; counts from load_layout.

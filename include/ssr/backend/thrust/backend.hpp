@@ -2,9 +2,9 @@
 // Built for the OMP or CPP system it runs on the CPU with g++ alone (how CI runs it); on the GPU use
 // CudaBackend, which runs these same algorithms on the caller's stream beside its fused kernels.
 //
-// Each row (token) is one work item; the Sinkhorn column sums are added per fixed block of rows and then
-// in block order, as in the CPU backend, so results do not depend on how the system schedules work.
-// The solver is the log-domain iteration (two exps per element and iteration) of ssr/math/sinkhorn.hpp.
+// Each row (token) is one work item, running the scalar mathematics of ssr/math/ (rows.hpp); the Sinkhorn
+// solve is the scaled form of math/sinkhorn_scaled.hpp with its sums in the same order, so the results are
+// the CPU backend's bits and do not depend on how the system schedules work.
 #pragma once
 
 #include <thrust/device_vector.h>
@@ -84,7 +84,7 @@ class ThrustBackend {
       const auto read = [](const thrust_kernels::SolveState* state) { return alg::read_value(state); };
       info.set(alg::sinkhorn_iterate(thrust::device, b.sinkhorn, m, rows, n, spec.sinkhorn, options.communicator,
                                      HostStream{}, /*host_decides=*/true, read));
-      alg::plan_topk(thrust::device, spec, s, b.sinkhorn.logk, b.sinkhorn.g, out);
+      alg::solved_rows(thrust::device, spec, s, b.sinkhorn, out);
     }
     if (!out.load.empty()) alg::count_load(thrust::device, out.experts, out.load, b.load_counts);
     return info;

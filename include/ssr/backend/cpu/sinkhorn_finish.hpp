@@ -1,0 +1,106 @@
+// The outputs of a CPU Sinkhorn solve from its last pass: math::solved_row's, a tile's rows at once in
+// lanes (the top-k of t = Q v, the weights, the plan t / r), and math::solved_row itself for the rows the
+// tile does not take (k > tile_k, sigmoid score weights, a chosen Q below the underflow threshold).
+#pragma once
+
+#include <cstdint>
+
+#include "ssr/backend/cpu/isa.hpp"
+#include "ssr/backend/cpu/topk.hpp"
+#include "ssr/math/numeric.hpp"
+#include "ssr/math/rows.hpp"
+#include "ssr/math/sinkhorn_scaled.hpp"
+#include "ssr/spec.hpp"
+#include "ssr/view.hpp"
+
+SSR_LANES_BEGIN
+namespace ssr {
+namespace cpu {
+
+// A CPU solve's buffers (Sinkhorn::layout): K and Q by tiles; each row's c_i (top) and r_i; each block's
+// column shares; the potentials; a tile of scratch per thread; and, for ranks that share the problem, the
+// exact sums' limbs and the log-domain columns' flags, maxima and sums.
+template <class T>
+struct SinkhornBuffers {
+  T *k, *q, *top, *row_sum, *part, *gt, *h, *v, *logits;
+  double *g, *colsum, *costs, *noise;
+  std::int64_t* limbs;
+  std::int32_t* log_update;
+  double *column_max, *column_sum;
+};
+
+template <class T>
+struct Finish {
+  const SinkhornBuffers<T>& b;
+  const RouteSpec& spec;
+  ConstMatrixView<T> s;
+  const RouteOutputs<T>& out;
+
+  // The outputs of tile tl's rows: by the tile where k <= tile_k, every chosen Q at least the underflow
+  // threshold and the weights the plan's or softmax scores'; math::solved_row for every other row.
+  void tile_outputs(index_t tl) const {
+    const index_t n = s.cols, i0 = tl * tile, rows = std::min(tile, s.rows - i0);
+    const T *q = b.q + tl * n * tile, *v = b.v;
+    const MatrixView<std::int32_t> experts(out.experts.row(i0), rows, spec.k, out.experts.stride);
+    const MatrixView<T> weights(out.weights.row(i0), rows, spec.k, out.weights.stride);
+    const bool plan_or_softmax = spec.weights == Weights::plan || spec.select.score == Score::softmax;
+    const int k = spec.k;
+    // One kernel a (K, instruction set): each compiled on its own.
+    const bool by_tile = plan_or_softmax && with_k(k, [&](auto k_constant) {
+      constexpr int K = decltype(k_constant)::value;
+      with_isa([&](auto isa) SSR_INLINE_LAMBDA {
+        using V = Lanes<T>;
+        TileList<K, V, decltype(isa)::piece> list;
+        topk_tile(
+            n,
+            [&](index_t j, V& x) SSR_INLINE_LAMBDA {
+              read(q + j * tile, x);
+              x = x * v[j];
+            },
+            list);
+        for_halves(rows, [&](index_t at, index_t count) SSR_INLINE_LAMBDA {
+          Half<double> w[K];
+          if (spec.weights == Weights::plan) {
+            normalised_weights_half(k, [&](int r, Half<double>& x) SSR_INLINE_LAMBDA { half_of(list.best[r], at, x); },
+                                    w);
+          } else {
+            softmax_weights_half<K, decltype(isa)>(
+                k, [&](int r, Half<double>& x) SSR_INLINE_LAMBDA { chosen_logits(list, r, i0, at, rows, x); }, w);
+          }
+          store_half(list.at, at, w, k, at, count, experts, weights);
+        });
+      });
+    });
+    if (by_tile && !out.plan.empty())
+      for (index_t r = 0; r < rows; ++r) {
+        const T inv = math::inverse_row_sum(b.row_sum[i0 + r]);
+        for (index_t j = 0; j < n; ++j) out.plan(i0 + r, j) = q[j * tile + r] * v[j] * inv;
+      }
+    const T tiny = static_cast<T>(math::underflow_threshold<T>());
+    for (index_t r = 0; r < rows; ++r) {
+      bool exact = by_tile;
+      for (int e = 0; e < spec.k && exact; ++e) exact = q[experts(r, e) * tile + r] >= tiny;
+      if (!exact) solved_row(i0 + r);
+    }
+  }
+
+ private:
+  // x = the logits of the r-th expert of the half's rows (from at; past the tile's rows, its last row's).
+  template <class List>
+  SSR_INLINE void chosen_logits(const List& list, int r, index_t i0, index_t at, index_t rows, Half<double>& x) const {
+    for (index_t q = 0; q < half; ++q)
+      x[q] = static_cast<double>(s(i0 + std::min(at + q, rows - 1), list.expert(r, at + q)));
+  }
+
+  void solved_row(index_t i) const {
+    const index_t n = s.cols, at = i / tile * n * tile + i % tile;
+    math::solved_row<T>(
+        spec, n, [&](index_t j) { return b.q[at + j * tile]; }, [&](index_t j) { return b.k[at + j * tile]; }, b.v,
+        b.gt, b.row_sum[i], s.row(i), out.experts.row(i), out.weights.row(i),
+        out.plan.empty() ? nullptr : out.plan.row(i));
+  }
+};
+
+}  // namespace cpu
+}  // namespace ssr
+SSR_LANES_END

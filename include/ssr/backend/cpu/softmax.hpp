@@ -1,0 +1,84 @@
+// The softmax path on the CPU: math::softmax_row's outputs, a tile's rows at once in lanes where the
+// selection is plain top-k (of the logits, or of the noisy cost) and k <= tile_k, else row by row.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "ssr/backend/cpu/isa.hpp"
+#include "ssr/backend/cpu/kernel.hpp"
+#include "ssr/backend/cpu/noise.hpp"
+#include "ssr/backend/cpu/topk.hpp"
+#include "ssr/math/rows.hpp"
+#include "ssr/spec.hpp"
+#include "ssr/view.hpp"
+
+SSR_LANES_BEGIN
+namespace ssr {
+namespace cpu {
+
+template <class T>
+struct Softmax {
+  const RouteSpec& spec;
+  ConstMatrixView<T> s;
+  const RouteOutputs<T>& out;
+
+  // Whether the call's rows go by tiles (a noisy cost is always plain: NoisyCost::validate).
+  bool by_tiles() const { return spec.k <= tile_k && spec.plain_selection(); }
+
+  // The outputs of tile tl's rows; scratch: a tile of T and two of doubles.
+  void tile_outputs(index_t tl, T* logits, double* noise, double* costs) const {
+    const index_t n = s.cols, i0 = tl * tile, rows = std::min(tile, s.rows - i0);
+    const MatrixView<std::int32_t> experts(out.experts.row(i0), rows, spec.k, out.experts.stride);
+    const MatrixView<T> weights(out.weights.row(i0), rows, spec.k, out.weights.stride);
+    const int k = spec.k;
+    // One kernel a (K, instruction set): each compiled on its own.
+    with_k(k, [&](auto k_constant) {
+      constexpr int K = decltype(k_constant)::value;
+      with_isa([&](auto isa) SSR_INLINE_LAMBDA {
+        using Ops = decltype(isa);
+        using D = Half<double>;
+        load_tile(s.row(i0), s.stride, rows, n, logits);
+        D w[K];
+        if (!spec.noisy()) {  // top-k of the logits, whose softmax over the chosen is the weights
+          TileList<K, Lanes<T>, Ops::piece> list;
+          topk_tile(n, [&](index_t j, Lanes<T>& x) SSR_INLINE_LAMBDA { read(logits + j * tile, x); }, list);
+          return for_halves(rows, [&](index_t at, index_t count) SSR_INLINE_LAMBDA {
+            softmax_weights_half<K, Ops>(k, [&](int r, D& x) SSR_INLINE_LAMBDA { half_of(list.best[r], at, x); }, w);
+            store_half(list.at, at, w, k, at, count, experts, weights);
+          });
+        }
+        noise_tile<Ops>(spec, i0, rows, n, noise);
+        costs_tile<T, Ops>(spec, logits, n, noise, costs);
+        for_halves(rows, [&](index_t at, index_t count) SSR_INLINE_LAMBDA {
+          TileList<K, D, Ops::piece> list;
+          topk_tile(n, [&](index_t j, D& x) SSR_INLINE_LAMBDA { read(costs + j * tile + at, x); }, list);
+          softmax_weights_half<K, Ops>(
+              k,
+              [&](int r, D& x) SSR_INLINE_LAMBDA {
+                for (index_t q = 0; q < half; ++q)
+                  x[q] = static_cast<double>(logits[list.expert(r, q) * tile + at + q]);
+              },
+              w);
+          store_half(list.at, 0, w, k, at, count, experts, weights);
+        });
+      });
+    });
+    if (out.noise.empty()) return;
+    const MatrixView<T> noise_out(out.noise.row(i0), rows, n, out.noise.stride);
+    if (spec.noisy()) {
+      store_tile(noise, n, rows, noise_out);
+    } else {
+      for (index_t q = 0; q < rows; ++q) std::fill(noise_out.row(q), noise_out.row(q) + n, T(0));
+    }
+  }
+
+  void row_outputs(index_t i) const {
+    math::softmax_row<T>(spec, s.row(i), i, s.cols, out.experts.row(i), out.weights.row(i),
+                         out.noise.empty() ? nullptr : out.noise.row(i));
+  }
+};
+
+}  // namespace cpu
+}  // namespace ssr
+SSR_LANES_END
