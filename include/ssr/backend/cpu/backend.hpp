@@ -138,7 +138,7 @@ class CpuBackend {
     cpu::SinkhornBuffers<T> sinkhorn;
     T* logits;              // softmax path: a tile per thread
     double *noise, *costs;  // softmax path: a tile of doubles each, per thread
-    std::int32_t* counts;   // count_load's counts, n per thread
+    std::int32_t* counts;   // count_load's tallies, n * ways per thread
   };
 
   Layout layout(detail::Carve& c, const RouteSpec& spec, index_t m, index_t n) const {
@@ -152,7 +152,7 @@ class CpuBackend {
       l.noise = c.take<double>(tile);
       l.costs = c.take<double>(tile);
     }
-    l.counts = c.take<std::int32_t>(static_cast<std::size_t>(n * nt));
+    l.counts = c.take<std::int32_t>(static_cast<std::size_t>(n * ways * nt));
     return l;
   }
 
@@ -164,9 +164,10 @@ class CpuBackend {
       detail::parallel_for(threads_for(s.rows * n), s.rows, [&](index_t i) { softmax.row_outputs(i); });
       return;
     }
-    detail::parallel_for(threads_for(s.rows * n), CpuTuning::tiles(s.rows), [&](index_t tl) {
+    detail::parallel(threads_for(s.rows * n), [&] {
       const index_t scratch = n * CpuTuning::tile * detail::thread_id();
-      softmax.tile_outputs(tl, b.logits + scratch, b.noise + scratch, b.costs + scratch);
+      const auto [t0, t1] = detail::own_range(CpuTuning::tiles(s.rows));
+      softmax.tiles(t0, t1, b.logits + scratch, b.noise + scratch, b.costs + scratch);
     });
   }
 
@@ -182,16 +183,20 @@ class CpuBackend {
       const index_t n = s.cols;
       M seen{}, bits;
       V v, d;
-      for (index_t i = i0; i < i1; ++i) {
-        const T* x = s.row(i);
+      const auto scan = [&](const T* x, index_t count) SSR_INLINE_LAMBDA {
         index_t j = 0;
-        for (; j + cpu::lanes <= n; j += cpu::lanes) {
+        for (; j + cpu::lanes <= count; j += cpu::lanes) {
           cpu::read(x + j, v);
           d = v - v;  // NOLINT(misc-redundant-expression): the test itself
           std::memcpy(&bits, &d, sizeof bits);
           seen |= bits;
         }
-        for (; j < n; ++j) seen[0] |= math::is_finite(x[j]) ? 0 : 1;
+        for (; j < count; ++j) seen[0] |= math::is_finite(x[j]) ? 0 : 1;
+      };
+      if (s.stride == n) {  // the rows are one run of values
+        scan(s.row(i0), (i1 - i0) * n);
+      } else {
+        for (index_t i = i0; i < i1; ++i) scan(s.row(i), n);
       }
       return !cpu::any(seen);
     });
@@ -208,21 +213,32 @@ class CpuBackend {
           detail::fail_bad_assignment(i, r, experts(i, r), n, weights(i, r), grad_weights(i, r));
   }
 
-  // load[j]: how many chosen entries name expert j; each thread counts its rows, the counts added in
-  // thread order (integers: the same sums on any thread count).
+  // load[j]: how many chosen entries name expert j. Each thread counts its rows' entries in turn into
+  // `ways` tallies, so that adds to one expert seldom wait on each other; the tallies are added in order
+  // (integers: the same sums on any thread count).
+  static constexpr index_t ways = 4;
   static void count_load(ConstMatrixView<std::int32_t> experts, VectorView<std::int32_t> load, std::int32_t* counts,
                          int threads) {
-    const index_t n = load.size;
-    std::fill(counts, counts + n * threads, 0);
+    const index_t n = load.size, k = experts.cols;
+    std::fill(counts, counts + n * ways * threads, 0);
     detail::parallel(threads, [&] {
-      std::int32_t* own = counts + n * detail::thread_id();
-      SSR_OMP(for schedule(static))
-      for (index_t i = 0; i < experts.rows; ++i)
-        for (index_t r = 0; r < experts.cols; ++r) ++own[experts(i, r)];
+      std::int32_t* tally = counts + n * ways * detail::thread_id();
+      const auto count = [&](const std::int32_t* e, index_t entries) {
+        index_t a = 0;
+        for (; a + ways <= entries; a += ways)
+          for (index_t w = 0; w < ways; ++w) ++tally[w * n + e[a + w]];
+        for (; a < entries; ++a) ++tally[e[a]];
+      };
+      const auto [i0, i1] = detail::own_range(experts.rows);
+      if (experts.stride == k) {  // the rows are one run of entries
+        if (i1 > i0) count(experts.row(i0), (i1 - i0) * k);
+      } else {
+        for (index_t i = i0; i < i1; ++i) count(experts.row(i), k);
+      }
     });
     for (index_t j = 0; j < n; ++j) {
       std::int32_t sum = 0;
-      for (int t = 0; t < threads; ++t) sum += counts[t * n + j];
+      for (index_t t = 0; t < ways * threads; ++t) sum += counts[t * n + j];
       load[j] = sum;
     }
   }

@@ -29,74 +29,79 @@ SSR_INLINE void exp_lanes(const V& x, V& y) {
 // y = half h of column j of a tile of T (rows h * half onwards), as doubles.
 template <class T>
 SSR_INLINE void column(const T* x, index_t j, index_t at, Half<double>& y) {
-  Half<T> v;
-  read(x + j * tile + at, v);
-  convert(v, y);
+  doubles_at(x + j * tile + at, y);
 }
 
 // The costs of a tile's rows (math::cost_value of math::shifted_cost, the noise z added where not null):
-// c[j * tile + q] for the logits x (a tile of T); by halves of the tile.
+// c[j * tile + q] for the logits x (a tile of T), and each half's kernel shift (math::kernel_shift). A row a
+// lane of doubles, so half a tile a vector; column by column, both halves at once.
 template <class T, class Isa>
-SSR_INLINE void costs_tile(const RouteSpec& spec, const T* x, index_t n, const double* z, double* c) {
+SSR_INLINE void costs_tile(const RouteSpec& spec, const T* x, index_t n, const double* z, double* c,
+                           Half<double> (&shift)[2]) {
   using D = Half<double>;
   const auto exp = [](const D& v, D& y) SSR_INLINE_LAMBDA { exp_lanes<D, Isa>(v, y); };
-  for (index_t at = 0; at < tile; at += half) {
-    D top = D{} - std::numeric_limits<double>::infinity(), scale = D{} + 1.0, s, y;
-    for (index_t j = 0; j < n; ++j) {
-      column(x, j, at, s);
-      math::raise_to<Isa::piece>(top, s);
+  D top[2], scale[2], s, y;
+  for (int h = 0; h < 2; ++h) {
+    top[h] = D{} - std::numeric_limits<double>::infinity();
+    scale[h] = D{} + 1.0;
+    shift[h] = D{} - math::cost_bound<T>();
+  }
+  for (index_t j = 0; j < n; ++j)
+    for (int h = 0; h < 2; ++h) {
+      column(x, j, h * half, s);
+      math::raise_to<Isa::piece>(top[h], s);
     }
-    if (spec.cost == Cost::softmax) {  // math::cost_shift's sum, in index order
-      D sum{};
-      for (index_t j = 0; j < n; ++j) {
-        column(x, j, at, s);
-        exp(s - top, y);
-        sum = sum + y;
+  if (spec.cost == Cost::softmax) {  // math::cost_shift's sum, in index order
+    D sum[2] = {};
+    for (index_t j = 0; j < n; ++j)
+      for (int h = 0; h < 2; ++h) {
+        column(x, j, h * half, s);
+        exp(s - top[h], y);
+        sum[h] = sum[h] + y;
       }
-      scale = 1.0 / sum;
-    }
-    for (index_t j = 0; j < n; ++j) {
-      column(x, j, at, s);
-      math::shifted_cost_of(spec.cost, s, top, scale, exp, y);
+    for (int h = 0; h < 2; ++h) scale[h] = 1.0 / sum[h];
+  }
+  for (index_t j = 0; j < n; ++j)
+    for (int h = 0; h < 2; ++h) {
+      column(x, j, h * half, s);
+      math::shifted_cost_of(spec.cost, s, top[h], scale[h], exp, y);
       D noise{};
-      if (z) read(z + j * tile + at, noise);
+      if (z) read(z + j * tile + h * half, noise);
       math::cost_value_of<T, Isa::piece>(y, z != nullptr, noise);
-      write(c + j * tile + at, y);
+      write(c + j * tile + h * half, y);
+      math::raise_to<Isa::piece>(shift[h], y);
     }
+}
+
+// From a tile's costs c and its halves' shifts: the kernel K[j * tile + q] = math::kernel_value, in T,
+// and c_i = max_j (K_ij + h_j) (math::row_shift_of's, lane by lane) into top.
+template <class T, class Isa>
+SSR_INLINE void kernel_tile(const double* c, const Half<double> (&shift)[2], index_t n, double inv_xi, const T* h,
+                            T* k, Lanes<T>& top) {
+  using V = Lanes<T>;
+  Half<double> x;
+  Half<T> part[2];
+  V kernel;
+  top = V{} - std::numeric_limits<T>::infinity();
+  for (index_t j = 0; j < n; ++j) {
+    for (int half_at = 0; half_at < 2; ++half_at) {
+      read(c + j * tile + half_at * half, x);
+      math::kernel_value_of<T, Isa::piece>(x, shift[half_at], inv_xi);
+      convert(x, part[half_at]);
+    }
+    math::join_halves(part[0], part[1], kernel, std::make_integer_sequence<int, half>{});
+    write(k + j * tile, kernel);
+    math::raise_to<Isa::piece>(top, V(kernel + h[j]));
   }
 }
 
-// The kernel of a tile's rows from their costs c: K[j * tile + q] = math::kernel_value (math::kernel_shift
-// of the row), in T; by halves of the tile.
+// Q = exp(K + h - c) of a tile (K at k, h a column's, c = max_j (K_ij + h_j) given), c into top; the rows
+// past `rows` get Q = 0, so that they add nothing to the sums.
 template <class T, class Isa>
-SSR_INLINE void kernel_tile(const double* c, index_t n, double inv_xi, T* k) {
-  using D = Half<double>;
-  for (index_t at = 0; at < tile; at += half) {
-    D shift = D{} - math::cost_bound<T>(), x;
-    for (index_t j = 0; j < n; ++j) {
-      read(c + j * tile + at, x);
-      math::raise_to<Isa::piece>(shift, x);
-    }
-    Half<T> out;
-    for (index_t j = 0; j < n; ++j) {
-      read(c + j * tile + at, x);
-      math::kernel_value_of<T, Isa::piece>(x, shift, inv_xi);
-      convert(x, out);
-      write(k + j * tile + at, out);
-    }
-  }
-}
-
-// Q = exp(K + h - c) of a tile (K at k, h a column's), c_i = max_j (K_ij + h_j) into top; the rows past
-// `rows` get Q = 0, so that they add nothing to the sums.
-template <class T, class Isa>
-SSR_INLINE void scaled_tile(const T* k, const T* h, index_t n, index_t rows, T* q, T* top) {
+SSR_INLINE void scaled_from(const T* k, const T* h, index_t n, index_t rows, const Lanes<T>& c, T* q, T* top) {
   using V = Lanes<T>;
   using I = MaskOf<V>;
-  V c, x, e;
-  math::row_shift_of<Isa::piece>(
-      n, [&](index_t j, V& y) SSR_INLINE_LAMBDA { read(k + j * tile, y); },
-      [&](index_t j, V& y) SSR_INLINE_LAMBDA { y = V{} + h[j]; }, c);
+  V x, e;
   I index, real;
   lane_index(index);
   math::less_of<Isa::piece>(index, I{} + static_cast<math::lane_t<I>>(rows), real);
@@ -108,6 +113,17 @@ SSR_INLINE void scaled_tile(const T* k, const T* h, index_t n, index_t rows, T* 
     write(q + j * tile, kept);
   }
   write(top, c);
+}
+
+// Q and c as scaled_from gives them, c from K and h (math::row_shift_of).
+template <class T, class Isa>
+SSR_INLINE void scaled_tile(const T* k, const T* h, index_t n, index_t rows, T* q, T* top) {
+  using V = Lanes<T>;
+  V c;
+  math::row_shift_of<Isa::piece>(
+      n, [&](index_t j, V& y) SSR_INLINE_LAMBDA { read(k + j * tile, y); },
+      [&](index_t j, V& y) SSR_INLINE_LAMBDA { y = V{} + h[j]; }, c);
+  scaled_from<T, Isa>(k, h, n, rows, c, q, top);
 }
 
 }  // namespace cpu

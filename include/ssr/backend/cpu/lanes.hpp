@@ -70,14 +70,6 @@ constexpr int count_of = static_cast<int>(sizeof(V) / sizeof(math::lane_t<V>));
 template <class V, class I = std::conditional_t<sizeof(math::lane_t<V>) == 4, std::int32_t, std::int64_t>>
 using MaskOf = std::conditional_t<count_of<V> == lanes, Lanes<I>, Half<I>>;
 
-// y = lanes [at, at + half) of v as doubles (at: 0 or half).
-template <class V>
-SSR_INLINE void half_of(const V& v, index_t at, Half<double>& y) {
-  Half<math::lane_t<V>> part;
-  std::memcpy(&part, reinterpret_cast<const math::lane_t<V>*>(&v) + at, sizeof part);
-  y = __builtin_convertvector(part, Half<double>);
-}
-
 // v = the values at p, and the values at p = v (as many as v has lanes; any alignment).
 template <class T, class V>
 SSR_INLINE void read(const T* p, V& v) {
@@ -94,6 +86,14 @@ SSR_INLINE void write(T* p, const V& v) {
 template <class V, class W>
 SSR_INLINE void convert(const V& v, W& y) {
   y = __builtin_convertvector(v, W);
+}
+
+// y = the values at p (as many as y has lanes: a tile's or half a tile's), as doubles.
+template <class L, class D>
+SSR_INLINE void doubles_at(const L* p, D& y) {
+  std::conditional_t<count_of<D> == lanes, Lanes<L>, Half<L>> v;
+  read(p, v);
+  convert(v, y);
 }
 
 // v = 0, 1, 2, ...: the rows of a tile (or a half), for masks of its real rows.

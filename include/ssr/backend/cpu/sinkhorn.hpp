@@ -132,9 +132,11 @@ class Sinkhorn {
           if (x.spec.noisy()) noise_tile<Ops>(x.spec, i0, rows, n, noise);
           if (!x.out.noise.empty())
             write_noise(x.spec, noise, n, rows, MatrixView<T>(x.out.noise.row(i0), rows, n, x.out.noise.stride));
-          costs_tile<T, Ops>(x.spec, logits, n, x.spec.noisy() ? noise : nullptr, costs);
-          kernel_tile<T, Ops>(costs, n, inv_xi, b.k + tl * n * tile);
-          scaled_tile<T, Ops>(b.k + tl * n * tile, b.h, n, rows, b.q + tl * n * tile, b.top + i0);
+          Half<double> shift[2];
+          Lanes<T> c;
+          costs_tile<T, Ops>(x.spec, logits, n, x.spec.noisy() ? noise : nullptr, costs, shift);
+          kernel_tile<T, Ops>(costs, shift, n, inv_xi, b.h, b.k + tl * n * tile, c);
+          scaled_from<T, Ops>(b.k + tl * n * tile, b.h, n, rows, c, b.q + tl * n * tile, b.top + i0);
         }
       });
       pass_one(x, blk);
@@ -216,8 +218,7 @@ class Sinkhorn {
   static void finish(const State& x) {
     const auto [first, last] = own_blocks(x);
     if (first >= last) return;
-    const Finish<T> f{x.b, x.spec, x.s, x.out};
-    for (index_t tl = block_tiles(x, first).first; tl < block_tiles(x, last - 1).second; ++tl) f.tile_outputs(tl);
+    Finish<T>{x.b, x.spec, x.s, x.out}.tiles(block_tiles(x, first).first, block_tiles(x, last - 1).second);
   }
 
   // The noise output of a tile's rows: the drawn noise, or zeros.

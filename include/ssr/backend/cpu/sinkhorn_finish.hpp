@@ -36,60 +36,63 @@ struct Finish {
   ConstMatrixView<T> s;
   const RouteOutputs<T>& out;
 
-  // The outputs of tile tl's rows: by the tile where k <= tile_k, every chosen Q at least the underflow
+  // The outputs of tiles [t0, t1): by tiles where k <= tile_k, every chosen Q at least the underflow
   // threshold and the weights the plan's or softmax scores'; math::solved_row for every other row.
-  void tile_outputs(index_t tl) const {
-    const index_t n = s.cols, i0 = tl * tile, rows = std::min(tile, s.rows - i0);
-    const T *q = b.q + tl * n * tile, *v = b.v;
-    const MatrixView<std::int32_t> experts(out.experts.row(i0), rows, spec.k, out.experts.stride);
-    const MatrixView<T> weights(out.weights.row(i0), rows, spec.k, out.weights.stride);
+  void tiles(index_t t0, index_t t1) const {
     const bool plan_or_softmax = spec.weights == Weights::plan || spec.select.score == Score::softmax;
-    const int k = spec.k;
-    // One kernel a (K, instruction set): each compiled on its own.
-    const bool by_tile = plan_or_softmax && with_k(k, [&](auto k_constant) {
+    // One kernel a (K, instruction set): each compiled on its own, looping over the tiles itself.
+    const bool by_tile = plan_or_softmax && with_k(spec.k, [&](auto k_constant) {
       constexpr int K = decltype(k_constant)::value;
       with_isa([&](auto isa) SSR_INLINE_LAMBDA {
-        using V = Lanes<T>;
-        TileList<K, V, decltype(isa)::piece> list;
-        topk_tile(
-            n,
-            [&](index_t j, V& x) SSR_INLINE_LAMBDA {
-              read(q + j * tile, x);
-              x = x * v[j];
-            },
-            list);
-        for_halves(rows, [&](index_t at, index_t count) SSR_INLINE_LAMBDA {
-          Half<double> w[K];
-          if (spec.weights == Weights::plan) {
-            normalised_weights_half(k, [&](int r, Half<double>& x) SSR_INLINE_LAMBDA { half_of(list.best[r], at, x); },
-                                    w);
-          } else {
-            softmax_weights_half<K, decltype(isa)>(
-                k, [&](int r, Half<double>& x) SSR_INLINE_LAMBDA { chosen_logits(list, r, i0, at, rows, x); }, w);
-          }
-          store_half(list.at, at, w, k, at, count, experts, weights);
-        });
+        for (index_t tl = t0; tl < t1; ++tl) tile_outputs<K, decltype(isa)>(tl);
       });
     });
-    if (by_tile && !out.plan.empty())
-      for (index_t r = 0; r < rows; ++r) {
-        const T inv = math::inverse_row_sum(b.row_sum[i0 + r]);
-        for (index_t j = 0; j < n; ++j) out.plan(i0 + r, j) = q[j * tile + r] * v[j] * inv;
-      }
+    const index_t n = s.cols;
     const T tiny = static_cast<T>(math::underflow_threshold<T>());
-    for (index_t r = 0; r < rows; ++r) {
+    for (index_t i = t0 * tile; i < std::min(s.rows, t1 * tile); ++i) {
+      const T* q = b.q + i / tile * n * tile + i % tile;
       bool exact = by_tile;
-      for (int e = 0; e < spec.k && exact; ++e) exact = q[experts(r, e) * tile + r] >= tiny;
-      if (!exact) solved_row(i0 + r);
+      for (int e = 0; e < spec.k && exact; ++e) exact = q[out.experts(i, e) * tile] >= tiny;
+      if (!exact) {
+        solved_row(i);
+      } else if (!out.plan.empty()) {
+        const T inv = math::inverse_row_sum(b.row_sum[i]);
+        for (index_t j = 0; j < n; ++j) out.plan(i, j) = q[j * tile] * b.v[j] * inv;
+      }
     }
   }
 
  private:
-  // x = the logits of the r-th expert of the half's rows (from at; past the tile's rows, its last row's).
-  template <class List>
-  SSR_INLINE void chosen_logits(const List& list, int r, index_t i0, index_t at, index_t rows, Half<double>& x) const {
-    for (index_t q = 0; q < half; ++q)
-      x[q] = static_cast<double>(s(i0 + std::min(at + q, rows - 1), list.expert(r, at + q)));
+  template <int K, class Ops>
+  SSR_INLINE void tile_outputs(index_t tl) const {
+    const index_t n = s.cols, i0 = tl * tile, rows = std::min(tile, s.rows - i0);
+    const T *q = b.q + tl * n * tile, *v = b.v;
+    const MatrixView<std::int32_t> experts(out.experts.row(i0), rows, spec.k, out.experts.stride);
+    const MatrixView<T> weights(out.weights.row(i0), rows, spec.k, out.weights.stride);
+    const int k = spec.k;
+    using V = Lanes<T>;
+    Chosen<K, V> chosen;
+    topk_tile<K, Ops::piece>(
+        n,
+        [&](index_t j, V& x) SSR_INLINE_LAMBDA {
+          read(q + j * tile, x);
+          x = x * v[j];
+        },
+        chosen);
+    using D = Lanes<double>;
+    D w[K];
+    if (spec.weights == Weights::plan) {
+      normalised_weights_lanes(k, [&](int r, D& x) SSR_INLINE_LAMBDA { doubles_at(chosen.value[r], x); }, w);
+    } else {
+      softmax_weights_lanes<K, Ops>(k, [&](int r, D& x) SSR_INLINE_LAMBDA { chosen_logits(chosen, r, i0, rows, x); }, w);
+    }
+    store_chosen(chosen.expert, 0, w, k, 0, rows, experts, weights);
+  }
+
+  // x = the logits of the r-th expert of the tile's rows (past the tile's rows, its last row's).
+  template <class Chosen_>
+  SSR_INLINE void chosen_logits(const Chosen_& chosen, int r, index_t i0, index_t rows, Lanes<double>& x) const {
+    for (index_t q = 0; q < tile; ++q) x[q] = static_cast<double>(s(i0 + std::min(q, rows - 1), chosen.expert[r][q]));
   }
 
   void solved_row(index_t i) const {

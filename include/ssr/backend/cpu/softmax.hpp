@@ -26,44 +26,53 @@ struct Softmax {
   // Whether the call's rows go by tiles (a noisy cost is always plain: NoisyCost::validate).
   bool by_tiles() const { return spec.k <= tile_k && spec.plain_selection(); }
 
-  // The outputs of tile tl's rows; scratch: a tile of T and two of doubles.
-  void tile_outputs(index_t tl, T* logits, double* noise, double* costs) const {
+  // The outputs of tiles [t0, t1); scratch: a tile of T and two of doubles.
+  void tiles(index_t t0, index_t t1, T* logits, double* noise, double* costs) const {
+    // One kernel a (K, instruction set): each compiled on its own, looping over the tiles itself.
+    with_k(spec.k, [&](auto k_constant) {
+      constexpr int K = decltype(k_constant)::value;
+      with_isa([&](auto isa) SSR_INLINE_LAMBDA {
+        for (index_t tl = t0; tl < t1; ++tl) tile_outputs<K, decltype(isa)>(tl, logits, noise, costs);
+      });
+    });
+  }
+
+ private:
+  template <int K, class Ops>
+  SSR_INLINE void tile_outputs(index_t tl, T* logits, double* noise, double* costs) const {
     const index_t n = s.cols, i0 = tl * tile, rows = std::min(tile, s.rows - i0);
     const MatrixView<std::int32_t> experts(out.experts.row(i0), rows, spec.k, out.experts.stride);
     const MatrixView<T> weights(out.weights.row(i0), rows, spec.k, out.weights.stride);
     const int k = spec.k;
-    // One kernel a (K, instruction set): each compiled on its own.
-    with_k(k, [&](auto k_constant) {
-      constexpr int K = decltype(k_constant)::value;
-      with_isa([&](auto isa) SSR_INLINE_LAMBDA {
-        using Ops = decltype(isa);
-        using D = Half<double>;
-        load_tile(s.row(i0), s.stride, rows, n, logits);
+    load_tile(s.row(i0), s.stride, rows, n, logits);
+    if (spec.noisy()) {  // top-k of the noisy costs (by halves, in double), weights from the clean logits
+      using D = Half<double>;
+      noise_tile<Ops>(spec, i0, rows, n, noise);
+      Half<double> shift[2];  // the kernel's, which top-k does not need
+      costs_tile<T, Ops>(spec, logits, n, noise, costs, shift);
+      for_halves(rows, [&](index_t at, index_t count) SSR_INLINE_LAMBDA {
+        Chosen<K, D> chosen;
         D w[K];
-        if (!spec.noisy()) {  // top-k of the logits, whose softmax over the chosen is the weights
-          TileList<K, Lanes<T>, Ops::piece> list;
-          topk_tile(n, [&](index_t j, Lanes<T>& x) SSR_INLINE_LAMBDA { read(logits + j * tile, x); }, list);
-          return for_halves(rows, [&](index_t at, index_t count) SSR_INLINE_LAMBDA {
-            softmax_weights_half<K, Ops>(k, [&](int r, D& x) SSR_INLINE_LAMBDA { half_of(list.best[r], at, x); }, w);
-            store_half(list.at, at, w, k, at, count, experts, weights);
-          });
-        }
-        noise_tile<Ops>(spec, i0, rows, n, noise);
-        costs_tile<T, Ops>(spec, logits, n, noise, costs);
-        for_halves(rows, [&](index_t at, index_t count) SSR_INLINE_LAMBDA {
-          TileList<K, D, Ops::piece> list;
-          topk_tile(n, [&](index_t j, D& x) SSR_INLINE_LAMBDA { read(costs + j * tile + at, x); }, list);
-          softmax_weights_half<K, Ops>(
-              k,
-              [&](int r, D& x) SSR_INLINE_LAMBDA {
-                for (index_t q = 0; q < half; ++q)
-                  x[q] = static_cast<double>(logits[list.expert(r, q) * tile + at + q]);
-              },
-              w);
-          store_half(list.at, 0, w, k, at, count, experts, weights);
-        });
+        topk_tile<K, Ops::piece>(n, [&](index_t j, D& x) SSR_INLINE_LAMBDA { read(costs + j * tile + at, x); }, chosen);
+        softmax_weights_lanes<K, Ops>(
+            k,
+            [&](int r, D& x) SSR_INLINE_LAMBDA {
+              for (index_t q = 0; q < half; ++q)
+                x[q] = static_cast<double>(logits[chosen.expert[r][q] * tile + at + q]);
+            },
+            w);
+        store_chosen(chosen.expert, 0, w, k, at, count, experts, weights);
       });
-    });
+    } else {  // top-k of the logits, whose softmax over the chosen is the weights
+      Chosen<K, Lanes<T>> chosen;
+      topk_tile<K, Ops::piece>(n, [&](index_t j, Lanes<T>& x) SSR_INLINE_LAMBDA { read(logits + j * tile, x); }, chosen);
+      for_halves(rows, [&](index_t at, index_t count) SSR_INLINE_LAMBDA {
+        Half<double> w[K];
+        softmax_weights_lanes<K, Ops>(
+            k, [&](int r, Half<double>& x) SSR_INLINE_LAMBDA { doubles_at(chosen.value[r] + at, x); }, w);
+        store_chosen(chosen.expert, at, w, k, at, count, experts, weights);
+      });
+    }
     if (out.noise.empty()) return;
     const MatrixView<T> noise_out(out.noise.row(i0), rows, n, out.noise.stride);
     if (spec.noisy()) {
@@ -73,6 +82,7 @@ struct Softmax {
     }
   }
 
+ public:
   void row_outputs(index_t i) const {
     math::softmax_row<T>(spec, s.row(i), i, s.cols, out.experts.row(i), out.weights.row(i),
                          out.noise.empty() ? nullptr : out.noise.row(i));

@@ -57,36 +57,55 @@ struct TileList {
     math::select_into(here, v, best[0]);
     math::select_into(here, j, at[0]);
   }
-  SSR_INLINE static bool any(const Mask& m) { return cpu::any(m); }
-  // Expert r of the tile's row q.
-  SSR_INLINE std::int32_t expert(int r, index_t q) const { return static_cast<std::int32_t>(at[r][q]); }
+  // For K <= 2 the insertion costs less than a branch around it, which varied data mispredicts.
+  SSR_INLINE static bool any(const Mask& m) { return K <= 2 || cpu::any(m); }
 };
 
-// The top-K of a tile's rows by value(j, x) (x: column j's values), j in [0, n), into list.
-template <int K, class V, int Piece, class Value>
-SSR_INLINE void topk_tile(index_t n, const Value& value, TileList<K, V, Piece>& list) {
-  using I = typename TileList<K, V, Piece>::I;
+// A tile's top-K out of registers, for the work a row at a time after it: the r-th value and expert of
+// lane q at value[r][q] and expert[r][q].
+template <int K, class V>
+struct Chosen {
+  math::lane_t<V> value[K][count_of<V>];
+  std::int32_t expert[K][count_of<V>];
+};
+
+// The top-K of a tile's rows (or a half's: V's lanes) by value(j, x) (x: column j's values), j in [0, n),
+// into chosen. The list stays in registers: its places are constants once the loops are unrolled.
+template <int K, int Piece, class V, class Value>
+SSR_INLINE void topk_tile(index_t n, const Value& value, Chosen<K, V>& chosen) {
+  using List = TileList<K, V, Piece>;
+  using I = typename List::I;
+  List list;
   V x;
-  for (index_t j = 0; j < n; ++j) {
+  for (int j = 0; j < K; ++j)  // the first K columns take the next place each
+    if (j < n) {
+      value(j, x);
+      math::topk_insert(list, K, j, x, I{} + static_cast<math::lane_t<I>>(j));
+    }
+  for (index_t j = K; j < n; ++j) {
     value(j, x);
-    math::topk_insert(list, K, j < K ? static_cast<int>(j) : K, x, I{} + static_cast<math::lane_t<I>>(j));
+    math::topk_insert(list, K, K, x, I{} + static_cast<math::lane_t<I>>(j));
+  }
+  MaskOf<V, std::int32_t> e;
+  for (int r = 0; r < K; ++r) {
+    write(chosen.value[r], list.best[r]);
+    convert(list.at[r], e);
+    write(chosen.expert[r], e);
   }
 }
 
-// The softmax weights (math::softmax_weights) of k <= K values a row of half a tile, v(r, x) setting x to
-// the r-th values, into w.
-template <int K, class Isa, class Value>
-SSR_INLINE void softmax_weights_half(int k, const Value& v, Half<double> (&w)[K]) {
-  using D = Half<double>;
+// The softmax weights (math::softmax_weights) of k <= K values a row, a row a lane of D (doubles: a
+// tile's rows or half a tile's), v(r, x) setting x to the r-th values, into w.
+template <int K, class Isa, class D, class Value>
+SSR_INLINE void softmax_weights_lanes(int k, const Value& v, D (&w)[K]) {
   math::softmax_weights_of<D, Isa::piece>(
       k < K ? k : K, v, [&](int r, const D& x) SSR_INLINE_LAMBDA { w[r] = x; },
       [](const D& x, D& y) SSR_INLINE_LAMBDA { exp_lanes<D, Isa>(x, y); });
 }
 
-// The plan weights (math::normalised_weights) of k <= K values a row of half a tile into w.
-template <int K, class Value>
-SSR_INLINE void normalised_weights_half(int k, const Value& v, Half<double> (&w)[K]) {
-  using D = Half<double>;
+// The plan weights (math::normalised_weights) of k <= K values a row, a row a lane of D, into w.
+template <int K, class D, class Value>
+SSR_INLINE void normalised_weights_lanes(int k, const Value& v, D (&w)[K]) {
   math::normalised_weights_of<D>(k < K ? k : K, v, [&](int r, const D& x) SSR_INLINE_LAMBDA { w[r] = x; });
 }
 
@@ -97,14 +116,14 @@ SSR_INLINE void for_halves(index_t rows, const F& f) {
 }
 
 // Rows [at, at + count) of the outputs: the first k experts from lanes [from, from + count) of `chosen`,
-// and the weights w (a half's).
-template <int K, class I, class T>
-SSR_INLINE void store_half(const I (&chosen)[K], index_t from, const Half<double> (&w)[K], int k, index_t at,
-                           index_t count, MatrixView<std::int32_t> experts, MatrixView<T> weights) {
+// and the weights from lanes [0, count) of w.
+template <int K, int N, class D, class T>
+SSR_INLINE void store_chosen(const std::int32_t (&chosen)[K][N], index_t from, const D (&w)[K], int k, index_t at,
+                             index_t count, MatrixView<std::int32_t> experts, MatrixView<T> weights) {
   const int kept = k < K ? k : K;
   for (index_t q = 0; q < count; ++q)
     for (int r = 0; r < kept; ++r) {
-      experts(at + q, r) = static_cast<std::int32_t>(chosen[r][from + q]);
+      experts(at + q, r) = chosen[r][from + q];
       weights(at + q, r) = static_cast<T>(w[r][q]);
     }
 }
