@@ -81,18 +81,24 @@ SSR_HD SSR_INLINE void less_of(const V& a, const V& b, M& m) {
 }
 
 // out = m ? a : out, lane by lane, for a mask m of a's width (all bits set in a true lane, none in a false
-// one): for vectors by bit operations, which compile into registers of any width.
-template <class V, class M>
+// one); for vectors by pieces, as a blend of registers.
+template <int Piece = piece_bytes, class V, class M>
 SSR_HD SSR_INLINE void select_into(const M& m, const V& a, V& out) {
-  if constexpr (std::is_arithmetic<V>::value) {
-    out = m ? a : out;
-  } else {
-    M x, y;
-    std::memcpy(&x, &a, sizeof x);
-    std::memcpy(&y, &out, sizeof y);
-    y = (x & m) | (y & ~m);
-    std::memcpy(&out, &y, sizeof out);
+#if !defined(__CUDACC__)
+  if constexpr (!std::is_arithmetic<V>::value && (sizeof(V) > Piece)) {
+    using Half = std::make_integer_sequence<int, static_cast<int>(sizeof(V) / sizeof(lane_t<V>)) / 2>;
+    HalfOf<M> m0, m1;
+    HalfOf<V> a0, a1, o0, o1;
+    split_halves(m, m0, m1, Half{});
+    split_halves(a, a0, a1, Half{});
+    split_halves(out, o0, o1, Half{});
+    select_into<Piece>(m0, a0, o0);
+    select_into<Piece>(m1, a1, o1);
+    join_halves(o0, o1, out, Half{});
+    return;
   }
+#endif
+  out = m ? a : out;
 }
 
 // v = std::max(v, lo), lane by lane (a NaN v stays NaN). In place: a vector returned by value from a function
@@ -102,11 +108,17 @@ SSR_HD SSR_INLINE void raise_to(V& v, const V& lo) {
   by_pieces<Piece>(v, v, lo, [](auto& o, const auto& x, const auto& y) SSR_INLINE_LAMBDA { o = x < y ? y : x; });
 }
 
+// v = std::min(v, hi), lane by lane (a NaN v stays NaN).
+template <int Piece = piece_bytes, class V>
+SSR_HD SSR_INLINE void lower_to(V& v, const V& hi) {
+  by_pieces<Piece>(v, v, hi, [](auto& o, const auto& x, const auto& y) SSR_INLINE_LAMBDA { o = y < x ? y : x; });
+}
+
 // v = std::min(std::max(v, lo), hi), lane by lane.
 template <int Piece = piece_bytes, class V>
 SSR_HD SSR_INLINE void clamp_in(V& v, const V& lo, const V& hi) {
   raise_to<Piece>(v, lo);
-  by_pieces<Piece>(v, v, hi, [](auto& o, const auto& x, const auto& y) SSR_INLINE_LAMBDA { o = y < x ? y : x; });
+  lower_to<Piece>(v, hi);
 }
 
 // y = a * b + c rounded once, for scalars: std::fma, exact on every host and device.

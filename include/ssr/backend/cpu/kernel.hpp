@@ -73,11 +73,10 @@ SSR_INLINE void costs_tile(const RouteSpec& spec, const T* x, index_t n, const d
     }
 }
 
-// From a tile's costs c and its halves' shifts: the kernel K[j * tile + q] = math::kernel_value, in T,
-// and c_i = max_j (K_ij + h_j) (math::row_shift_of's, lane by lane) into top.
-template <class T, class Isa>
-SSR_INLINE void kernel_tile(const double* c, const Half<double> (&shift)[2], index_t n, double inv_xi, const T* h,
-                            T* k, Lanes<T>& top) {
+// K_j (a tile's column j, in T) from f(h, x), setting x to the kernel of the half h's rows in place of
+// their values, and c_i = max_j (K_ij + h_j) (math::row_shift_of's, lane by lane) into top.
+template <class T, class Isa, class Kernel>
+SSR_INLINE void kernel_columns(index_t n, const T* h, const Kernel& f, T* k, Lanes<T>& top) {
   using V = Lanes<T>;
   Half<double> x;
   Half<T> part[2];
@@ -85,14 +84,55 @@ SSR_INLINE void kernel_tile(const double* c, const Half<double> (&shift)[2], ind
   top = V{} - std::numeric_limits<T>::infinity();
   for (index_t j = 0; j < n; ++j) {
     for (int half_at = 0; half_at < 2; ++half_at) {
-      read(c + j * tile + half_at * half, x);
-      math::kernel_value_of<T, Isa::piece>(x, shift[half_at], inv_xi);
+      f(j, half_at, x);
       convert(x, part[half_at]);
     }
     math::join_halves(part[0], part[1], kernel, std::make_integer_sequence<int, half>{});
     write(k + j * tile, kernel);
     math::raise_to<Isa::piece>(top, V(kernel + h[j]));
   }
+}
+
+// The kernel K[j * tile + q] = math::kernel_value of a tile's rows (logits x, noise z or null), in T, and
+// c_i = max_j (K_ij + h_j) into top: straight from the logits where every row's kernel is direct
+// (math::direct_kernel), else from their costs (scratch c) and shifts.
+template <class T, class Isa>
+SSR_INLINE void kernel_tile(const RouteSpec& spec, const T* x, index_t n, const double* z, double inv_xi, const T* h,
+                            double* c, T* k, Lanes<T>& top) {
+  using V = Lanes<T>;
+  using D = Half<double>;
+  V most = V{} - std::numeric_limits<T>::infinity(), least = V{} + std::numeric_limits<T>::infinity(), v;
+  for (index_t j = 0; j < n; ++j) {  // in T: the largest converts to the same double
+    read(x + j * tile, v);
+    math::raise_to<Isa::piece>(most, v);
+    math::lower_to<Isa::piece>(least, v);
+  }
+  bool direct = true;
+  for (index_t q = 0; q < tile && direct; ++q)
+    direct = math::direct_kernel<T>(spec.cost, z != nullptr, static_cast<double>(most[q]),
+                                    static_cast<double>(least[q]), inv_xi);
+  if (direct) {
+    D row_top[2];
+    for (int half_at = 0; half_at < 2; ++half_at) doubles_at(reinterpret_cast<const T*>(&most) + half_at * half, row_top[half_at]);
+    kernel_columns<T, Isa>(
+        n, h,
+        [&](index_t j, int half_at, D& y) SSR_INLINE_LAMBDA {
+          column(x, j, half_at * half, y);
+          y = y - row_top[half_at];
+          math::kernel_value_of<T, Isa::piece>(y, D{}, inv_xi, false);
+        },
+        k, top);
+    return;
+  }
+  D shift[2];
+  costs_tile<T, Isa>(spec, x, n, z, c, shift);
+  kernel_columns<T, Isa>(
+      n, h,
+      [&](index_t j, int half_at, D& y) SSR_INLINE_LAMBDA {
+        read(c + j * tile + half_at * half, y);
+        math::kernel_value_of<T, Isa::piece>(y, shift[half_at], inv_xi);
+      },
+      k, top);
 }
 
 // Q = exp(K + h - c) of a tile (K at k, h a column's, c = max_j (K_ij + h_j) given), c into top; the rows
@@ -109,7 +149,7 @@ SSR_INLINE void scaled_from(const T* k, const T* h, index_t n, index_t rows, con
     read(k + j * tile, x);
     exp_lanes<V, Isa>((x + h[j]) - c, e);
     V kept{};
-    math::select_into(real, e, kept);
+    math::select_into<Isa::piece>(real, e, kept);
     write(q + j * tile, kept);
   }
   write(top, c);

@@ -27,10 +27,18 @@ SSR_INLINE void column_sums(const T* q, const Lanes<T>* inv, const T* v, index_t
       read(q + (t * n + j0 + c) * tile, x);
       fma(acc[c], x, inv[t], acc[c]);
     }
-  for (index_t c = 0; c < C; ++c) {
-    T lane[math::sum_lanes];
-    std::memcpy(lane, &acc[c], sizeof lane);
-    part[j0 + c] = math::fold_lanes(lane) * v[j0 + c];
+  if constexpr (C == lanes) {  // math::fold_lanes of the eight columns at once: lane l of each into acc[l]
+    transpose(acc);
+    for (index_t half = math::sum_lanes / 2; half >= 1; half /= 2)
+      for (index_t l = 0; l < half; ++l) acc[l] = acc[l] + acc[l + half];
+    read(v + j0, x);
+    write(part + j0, V(acc[0] * x));
+  } else {
+    for (index_t c = 0; c < C; ++c) {
+      T lane[math::sum_lanes];
+      std::memcpy(lane, &acc[c], sizeof lane);
+      part[j0 + c] = math::fold_lanes(lane) * v[j0 + c];
+    }
   }
 }
 
@@ -44,7 +52,11 @@ SSR_INLINE void pass_block(const T* q, const T* v, index_t n, index_t count, T* 
   for (index_t t = 0; t < count; ++t) {
     const T* x = q + t * n * tile;
     math::row_sum_of(
-        n, [&](index_t j, V& y) SSR_INLINE_LAMBDA { read(x + j * tile, y); },
+        n,
+        [&](index_t j, V& y) SSR_INLINE_LAMBDA {
+          read(x + j * tile, y);
+          __builtin_prefetch(x + (n + j) * tile);  // the next tile's (past the last: no fault)
+        },
         [&](index_t j, V& y) SSR_INLINE_LAMBDA { y = V{} + v[j]; }, fma, r);
     write(row_sum + t * tile, r);
     math::inverse_row_sum_of<T, Isa::piece>(r, inv[t]);
@@ -52,7 +64,7 @@ SSR_INLINE void pass_block(const T* q, const T* v, index_t n, index_t count, T* 
   // Eight columns at a time, each sum its own chain (the adds of one column wait on each other), then the
   // rest one at a time.
   index_t j0 = 0;
-  for (; j0 + 8 <= n; j0 += 8) column_sums<T, Isa, 8>(q, inv, v, n, count, j0, part);
+  for (; j0 + lanes <= n; j0 += lanes) column_sums<T, Isa, lanes>(q, inv, v, n, count, j0, part);
   for (; j0 < n; ++j0) column_sums<T, Isa, 1>(q, inv, v, n, count, j0, part);
 }
 

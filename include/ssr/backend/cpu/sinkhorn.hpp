@@ -132,10 +132,9 @@ class Sinkhorn {
           if (x.spec.noisy()) noise_tile<Ops>(x.spec, i0, rows, n, noise);
           if (!x.out.noise.empty())
             write_noise(x.spec, noise, n, rows, MatrixView<T>(x.out.noise.row(i0), rows, n, x.out.noise.stride));
-          Half<double> shift[2];
           Lanes<T> c;
-          costs_tile<T, Ops>(x.spec, logits, n, x.spec.noisy() ? noise : nullptr, costs, shift);
-          kernel_tile<T, Ops>(costs, shift, n, inv_xi, b.h, b.k + tl * n * tile, c);
+          kernel_tile<T, Ops>(x.spec, logits, n, x.spec.noisy() ? noise : nullptr, inv_xi, b.h, costs,
+                              b.k + tl * n * tile, c);
           scaled_from<T, Ops>(b.k + tl * n * tile, b.h, n, rows, c, b.q + tl * n * tile, b.top + i0);
         }
       });

@@ -47,35 +47,28 @@ struct Finish {
         for (index_t tl = t0; tl < t1; ++tl) tile_outputs<K, decltype(isa)>(tl);
       });
     });
-    const index_t n = s.cols;
-    const T tiny = static_cast<T>(math::underflow_threshold<T>());
-    for (index_t i = t0 * tile; i < std::min(s.rows, t1 * tile); ++i) {
-      const T* q = b.q + i / tile * n * tile + i % tile;
-      bool exact = by_tile;
-      for (int e = 0; e < spec.k && exact; ++e) exact = q[out.experts(i, e) * tile] >= tiny;
-      if (!exact) {
-        solved_row(i);
-      } else if (!out.plan.empty()) {
-        const T inv = math::inverse_row_sum(b.row_sum[i]);
-        for (index_t j = 0; j < n; ++j) out.plan(i, j) = q[j * tile] * b.v[j] * inv;
-      }
-    }
+    if (!by_tile)
+      for (index_t i = t0 * tile; i < std::min(s.rows, t1 * tile); ++i) solved_row(i);
   }
 
  private:
   template <int K, class Ops>
   SSR_INLINE void tile_outputs(index_t tl) const {
+    using V = Lanes<T>;
     const index_t n = s.cols, i0 = tl * tile, rows = std::min(tile, s.rows - i0);
     const T *q = b.q + tl * n * tile, *v = b.v;
     const MatrixView<std::int32_t> experts(out.experts.row(i0), rows, spec.k, out.experts.stride);
     const MatrixView<T> weights(out.weights.row(i0), rows, spec.k, out.weights.stride);
     const int k = spec.k;
-    using V = Lanes<T>;
+    const T tiny = static_cast<T>(math::underflow_threshold<T>());
+    MaskOf<V> below{}, m;  // the lanes with some Q under the threshold
     Chosen<K, V> chosen;
     topk_tile<K, Ops::piece>(
         n,
         [&](index_t j, V& x) SSR_INLINE_LAMBDA {
           read(q + j * tile, x);
+          math::less_of<Ops::piece>(x, V{} + tiny, m);
+          below |= m;
           x = x * v[j];
         },
         chosen);
@@ -87,6 +80,18 @@ struct Finish {
       softmax_weights_lanes<K, Ops>(k, [&](int r, D& x) SSR_INLINE_LAMBDA { chosen_logits(chosen, r, i0, rows, x); }, w);
     }
     store_chosen(chosen.expert, 0, w, k, 0, rows, experts, weights);
+    // A row whose chosen Q underflowed goes again by math::solved_row; the others' plan rows.
+    if (out.plan.empty() && !any(below)) return;
+    for (index_t r = 0; r < rows; ++r) {
+      bool exact = true;
+      for (int e = 0; e < k; ++e) exact = exact && q[chosen.expert[e][r] * tile + r] >= tiny;
+      if (!exact) {
+        solved_row(i0 + r);
+      } else if (!out.plan.empty()) {
+        const T inv = math::inverse_row_sum(b.row_sum[i0 + r]);
+        for (index_t j = 0; j < n; ++j) out.plan(i0 + r, j) = q[j * tile + r] * v[j] * inv;
+      }
+    }
   }
 
   // x = the logits of the r-th expert of the tile's rows (past the tile's rows, its last row's).
@@ -95,7 +100,7 @@ struct Finish {
     for (index_t q = 0; q < tile; ++q) x[q] = static_cast<double>(s(i0 + std::min(q, rows - 1), chosen.expert[r][q]));
   }
 
-  void solved_row(index_t i) const {
+  __attribute__((noinline)) void solved_row(index_t i) const {  // rare: kept out of the kernels
     const index_t n = s.cols, at = i / tile * n * tile + i % tile;
     math::solved_row<T>(
         spec, n, [&](index_t j) { return b.q[at + j * tile]; }, [&](index_t j) { return b.k[at + j * tile]; }, b.v,

@@ -32,54 +32,62 @@ struct Softmax {
     with_k(spec.k, [&](auto k_constant) {
       constexpr int K = decltype(k_constant)::value;
       with_isa([&](auto isa) SSR_INLINE_LAMBDA {
-        for (index_t tl = t0; tl < t1; ++tl) tile_outputs<K, decltype(isa)>(tl, logits, noise, costs);
+        if (spec.noisy()) {
+          for (index_t tl = t0; tl < t1; ++tl) noisy_tile<K, decltype(isa)>(tl, logits, noise, costs);
+          return;
+        }
+        for (index_t tl = t0; tl < t1; ++tl) plain_tile<K, decltype(isa)>(tl, logits);
       });
     });
   }
 
  private:
+  // The outputs of tile tl by the top-k of its logits, whose softmax over the chosen is the weights;
+  // scratch: a tile of T.
   template <int K, class Ops>
-  SSR_INLINE void tile_outputs(index_t tl, T* logits, double* noise, double* costs) const {
+  SSR_INLINE void plain_tile(index_t tl, T* logits) const {
     const index_t n = s.cols, i0 = tl * tile, rows = std::min(tile, s.rows - i0);
     const MatrixView<std::int32_t> experts(out.experts.row(i0), rows, spec.k, out.experts.stride);
     const MatrixView<T> weights(out.weights.row(i0), rows, spec.k, out.weights.stride);
-    const int k = spec.k;
     load_tile(s.row(i0), s.stride, rows, n, logits);
-    if (spec.noisy()) {  // top-k of the noisy costs (by halves, in double), weights from the clean logits
-      using D = Half<double>;
-      noise_tile<Ops>(spec, i0, rows, n, noise);
-      Half<double> shift[2];  // the kernel's, which top-k does not need
-      costs_tile<T, Ops>(spec, logits, n, noise, costs, shift);
-      for_halves(rows, [&](index_t at, index_t count) SSR_INLINE_LAMBDA {
-        Chosen<K, D> chosen;
-        D w[K];
-        topk_tile<K, Ops::piece>(n, [&](index_t j, D& x) SSR_INLINE_LAMBDA { read(costs + j * tile + at, x); }, chosen);
-        softmax_weights_lanes<K, Ops>(
-            k,
-            [&](int r, D& x) SSR_INLINE_LAMBDA {
-              for (index_t q = 0; q < half; ++q)
-                x[q] = static_cast<double>(logits[chosen.expert[r][q] * tile + at + q]);
-            },
-            w);
-        store_chosen(chosen.expert, 0, w, k, at, count, experts, weights);
-      });
-    } else {  // top-k of the logits, whose softmax over the chosen is the weights
-      Chosen<K, Lanes<T>> chosen;
-      topk_tile<K, Ops::piece>(n, [&](index_t j, Lanes<T>& x) SSR_INLINE_LAMBDA { read(logits + j * tile, x); }, chosen);
-      for_halves(rows, [&](index_t at, index_t count) SSR_INLINE_LAMBDA {
-        Half<double> w[K];
-        softmax_weights_lanes<K, Ops>(
-            k, [&](int r, Half<double>& x) SSR_INLINE_LAMBDA { doubles_at(chosen.value[r] + at, x); }, w);
-        store_chosen(chosen.expert, at, w, k, at, count, experts, weights);
-      });
-    }
-    if (out.noise.empty()) return;
-    const MatrixView<T> noise_out(out.noise.row(i0), rows, n, out.noise.stride);
-    if (spec.noisy()) {
-      store_tile(noise, n, rows, noise_out);
-    } else {
-      for (index_t q = 0; q < rows; ++q) std::fill(noise_out.row(q), noise_out.row(q) + n, T(0));
-    }
+    Chosen<K, Lanes<T>> chosen;
+    topk_tile<K, Ops::piece>(n, [&](index_t j, Lanes<T>& x) SSR_INLINE_LAMBDA { read(logits + j * tile, x); }, chosen);
+    for_halves(rows, [&](index_t at, index_t count) SSR_INLINE_LAMBDA {
+      Half<double> w[K];
+      softmax_weights_lanes<K, Ops>(
+          spec.k, [&](int r, Half<double>& x) SSR_INLINE_LAMBDA { doubles_at(chosen.value[r] + at, x); }, w);
+      store_chosen(chosen.expert, at, w, spec.k, at, count, experts, weights);
+    });
+    if (!out.noise.empty())
+      for (index_t q = 0; q < rows; ++q) std::fill(out.noise.row(i0 + q), out.noise.row(i0 + q) + n, T(0));
+  }
+
+  // The outputs of tile tl by the top-k of its noisy costs (by halves, in double), its weights from the
+  // clean logits; scratch: a tile of T and two of doubles.
+  template <int K, class Ops>
+  SSR_INLINE void noisy_tile(index_t tl, T* logits, double* noise, double* costs) const {
+    const index_t n = s.cols, i0 = tl * tile, rows = std::min(tile, s.rows - i0);
+    const MatrixView<std::int32_t> experts(out.experts.row(i0), rows, spec.k, out.experts.stride);
+    const MatrixView<T> weights(out.weights.row(i0), rows, spec.k, out.weights.stride);
+    using D = Half<double>;
+    load_tile(s.row(i0), s.stride, rows, n, logits);
+    noise_tile<Ops>(spec, i0, rows, n, noise);
+    Half<double> shift[2];  // the kernel's, which top-k does not need
+    costs_tile<T, Ops>(spec, logits, n, noise, costs, shift);
+    for_halves(rows, [&](index_t at, index_t count) SSR_INLINE_LAMBDA {
+      Chosen<K, D> chosen;
+      D w[K];
+      topk_tile<K, Ops::piece>(n, [&](index_t j, D& x) SSR_INLINE_LAMBDA { read(costs + j * tile + at, x); }, chosen);
+      softmax_weights_lanes<K, Ops>(
+          spec.k,
+          [&](int r, D& x) SSR_INLINE_LAMBDA {
+            for (index_t q = 0; q < half; ++q)
+              x[q] = static_cast<double>(logits[chosen.expert[r][q] * tile + at + q]);
+          },
+          w);
+      store_chosen(chosen.expert, 0, w, spec.k, at, count, experts, weights);
+    });
+    if (!out.noise.empty()) store_tile(noise, n, rows, MatrixView<T>(out.noise.row(i0), rows, n, out.noise.stride));
   }
 
  public:

@@ -23,9 +23,14 @@ SSR_INLINE void load_tile(const T* s, index_t stride, index_t rows, index_t n, T
   for (index_t q = 0; q < tile; ++q) row[q] = s + std::min(q, rows - 1) * stride;
   index_t j0 = 0;
   for (; j0 + tile <= n; j0 += tile) {
-    Lanes<T> v[tile];
-    for (index_t q = 0; q < tile; ++q) read(row[q] + j0, v[q]);
+    Lanes<T> v[tile];  // unrolled, so that the vectors stay in registers
+#pragma GCC unroll 8
+    for (index_t q = 0; q < tile; ++q) {
+      read(row[q] + j0, v[q]);
+      __builtin_prefetch(row[q] + tile * stride + j0);  // the next tile's rows (past the last: no fault)
+    }
     transpose(v);
+#pragma GCC unroll 8
     for (index_t c = 0; c < tile; ++c) write(x + (j0 + c) * tile, v[c]);
   }
   for (; j0 < n; ++j0)

@@ -48,14 +48,14 @@ struct TileList {
   SSR_INLINE void less(int p, const V& v, Mask& m) const { math::less_of<Piece>(best[p], v, m); }
   SSR_INLINE static void all(Mask& m) { m = Mask{} - 1; }
   SSR_INLINE void move(int p, const Mask& up, const Mask& here, const V& v, const I& j) {
-    math::select_into(here, v, best[p]);
-    math::select_into(here, j, at[p]);
-    math::select_into(up, best[p - 1], best[p]);
-    math::select_into(up, at[p - 1], at[p]);
+    math::select_into<Piece>(here, v, best[p]);
+    math::select_into<Piece>(here, j, at[p]);
+    math::select_into<Piece>(up, best[p - 1], best[p]);
+    math::select_into<Piece>(up, at[p - 1], at[p]);
   }
   SSR_INLINE void put(const Mask& here, const V& v, const I& j) {
-    math::select_into(here, v, best[0]);
-    math::select_into(here, j, at[0]);
+    math::select_into<Piece>(here, v, best[0]);
+    math::select_into<Piece>(here, j, at[0]);
   }
   // For K <= 2 the insertion costs less than a branch around it, which varied data mispredicts.
   SSR_INLINE static bool any(const Mask& m) { return K <= 2 || cpu::any(m); }
