@@ -23,7 +23,7 @@
 // GCC 12 also takes a vector built from a broadcast scalar (U{} + x) for uninitialised once inlined into an
 // AVX2 kernel (-Wmaybe-uninitialized); the sanitizer builds and the tests see what that would hide.
 #if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
-#define SSR_LANES_BEGIN                                                              \
+#define SSR_LANES_BEGIN                                                        \
   _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wpsabi\"") \
       _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")
 #define SSR_LANES_END _Pragma("GCC diagnostic pop")

@@ -93,9 +93,9 @@ SSR_HD SSR_INLINE void exp_of(const D& in, D& out, const Fma& fma) {
 
 // 2^(j/8) for j in [0, 8), each the float nearest the exact value, twice over (a 16-lane vector's table).
 alignas(64) inline constexpr float eighths[16] = {0x1p+0f,        0x1.172b84p+0f, 0x1.306fe0p+0f, 0x1.4bfdaep+0f,
-                                           0x1.6a09e6p+0f, 0x1.8ace54p+0f, 0x1.ae89fap+0f, 0x1.d5818ep+0f,
-                                           0x1p+0f,        0x1.172b84p+0f, 0x1.306fe0p+0f, 0x1.4bfdaep+0f,
-                                           0x1.6a09e6p+0f, 0x1.8ace54p+0f, 0x1.ae89fap+0f, 0x1.d5818ep+0f};
+                                                  0x1.6a09e6p+0f, 0x1.8ace54p+0f, 0x1.ae89fap+0f, 0x1.d5818ep+0f,
+                                                  0x1p+0f,        0x1.172b84p+0f, 0x1.306fe0p+0f, 0x1.4bfdaep+0f,
+                                                  0x1.6a09e6p+0f, 0x1.8ace54p+0f, 0x1.ae89fap+0f, 0x1.d5818ep+0f};
 
 // y = eighths[i & 7] for a scalar (a vector kernel passes a lookup of its own: a permutation of a vector).
 struct EighthsScalar {

@@ -21,7 +21,6 @@
 #include "ssr/math/exp.hpp"
 #include "ssr/math/log.hpp"
 
-
 SSR_LANES_BEGIN
 namespace ssr {
 namespace math {
@@ -78,8 +77,7 @@ SSR_HD SSR_INLINE void cos_sin_turn_of(const D& u, D& cos_out, D& sin_out, const
 // The pair sqrt(-2 log u1) (cos 2 pi u2, sin 2 pi u2), u1 in (0, 1], u2 in [0, 1]; sqrt(y, x) sets
 // y = sqrt(x), correctly rounded.
 template <class D, class U, class Fma, class Sqrt>
-SSR_HD SSR_INLINE void normal_pair_of(const D& u1, const D& u2, D& first, D& second, const Fma& fma,
-                                                  const Sqrt& sqrt) {
+SSR_HD SSR_INLINE void normal_pair_of(const D& u1, const D& u2, D& first, D& second, const Fma& fma, const Sqrt& sqrt) {
   D log_u, radius, c, s;
   log_of<D, U>(u1, log_u, fma);
   sqrt(radius, log_u * -2.0);

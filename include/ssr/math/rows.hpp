@@ -34,8 +34,7 @@ SSR_HD double row_cost(const RouteSpec& spec, const In* s, index_t row, index_t 
 // The softmax path of the call's row `row`: experts idx[0, k) (top-k of the noisy cost where the call
 // draws noise, else select_row), their score weights w, and the noise output (null: not asked).
 template <class T, class In>
-SSR_HD void softmax_row(const RouteSpec& spec, const In* s, index_t row, index_t n, std::int32_t* idx, T* w,
-                        T* noise) {
+SSR_HD void softmax_row(const RouteSpec& spec, const In* s, index_t row, index_t n, std::int32_t* idx, T* w, T* noise) {
   const auto logit = [s](index_t j) { return detail::to_double(s[j]); };
   if (spec.noisy()) {
     const CostShift shift = cost_shift(n, spec.cost, logit);
@@ -44,8 +43,11 @@ SSR_HD void softmax_row(const RouteSpec& spec, const In* s, index_t row, index_t
     select_row(spec, n, idx, logit);
   }
   score_weights(
-      spec.select.score, spec.k, [&](int r) { return logit(idx[r]); }, [w](int r, double v) { w[r] = static_cast<T>(v); });
-  if (noise) noise_output(spec, n, [&](index_t j) { return noise_value(spec, row, n, j); }, noise);
+      spec.select.score, spec.k, [&](int r) { return logit(idx[r]); },
+      [w](int r, double v) { w[r] = static_cast<T>(v); });
+  if (noise)
+    noise_output(
+        spec, n, [&](index_t j) { return noise_value(spec, row, n, j); }, noise);
 }
 
 // Row `row` of the Sinkhorn kernel K (kernel_value of the row's costs) into k, and the noise output.
@@ -55,7 +57,9 @@ SSR_HD void kernel_row(const RouteSpec& spec, const In* s, index_t row, index_t 
   const auto cost = [&](index_t j) { return row_cost<T>(spec, s, row, n, shift, j); };
   const double kshift = kernel_shift<T>(n, cost), inv_xi = inverse_xi(spec.sinkhorn.xi);
   for (index_t j = 0; j < n; ++j) k[j] = static_cast<T>(kernel_value<T>(cost(j), kshift, inv_xi));
-  if (noise) noise_output(spec, n, [&](index_t j) { return noise_value(spec, row, n, j); }, noise);
+  if (noise)
+    noise_output(
+        spec, n, [&](index_t j) { return noise_value(spec, row, n, j); }, noise);
 }
 
 // A row's outputs from a solve's last pass (sinkhorn_scaled.hpp), its plan row being t_j / r with
@@ -81,9 +85,11 @@ SSR_HD void solved_row(const RouteSpec& spec, index_t n, const Q& q, const K& k,
     score_weights(
         spec.select.score, spec.k, [&](int c) { return detail::to_double(s[idx[c]]); }, write);
   } else if (exact) {
-    normalised_weights(spec.k, [&](int c) { return t(idx[c]); }, write);
+    normalised_weights(
+        spec.k, [&](int c) { return t(idx[c]); }, write);
   } else {
-    normalised_weights(spec.k, [&](int c) { return e(idx[c]); }, write);
+    normalised_weights(
+        spec.k, [&](int c) { return e(idx[c]); }, write);
   }
   if (!plan) return;
   if (exact) {

@@ -213,9 +213,8 @@ class CpuBackend {
           detail::fail_bad_assignment(i, r, experts(i, r), n, weights(i, r), grad_weights(i, r));
   }
 
-  // load[j]: how many chosen entries name expert j. Each thread counts its rows' entries in turn into
-  // `ways` tallies, so that adds to one expert seldom wait on each other; the tallies are added in order
-  // (integers: the same sums on any thread count).
+  // load[j]: how many chosen entries name expert j. Each thread counts its rows' entries in turn into `ways`
+  // tallies (adds to one expert seldom wait on each other), added in order: integers, the same on any team.
   static constexpr index_t ways = 4;
   static void count_load(ConstMatrixView<std::int32_t> experts, VectorView<std::int32_t> load, std::int32_t* counts,
                          int threads) {

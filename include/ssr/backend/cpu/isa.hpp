@@ -93,7 +93,7 @@ struct Baseline {
 // 64-bit integer one two halves. Not forced inline: a generic kernel calls them before it is itself inlined
 // into its AVX2 entry (with_isa), where the compiler then inlines them.
 SSR_CPU_TARGET_AVX2 inline void fma_avx2(Lanes<float>& y, const Lanes<float>& a, const Lanes<float>& b,
-                                              const Lanes<float>& c) {
+                                         const Lanes<float>& c) {
   __m256 x, p, q;
   std::memcpy(&x, &a, sizeof x);
   std::memcpy(&p, &b, sizeof p);
@@ -102,7 +102,7 @@ SSR_CPU_TARGET_AVX2 inline void fma_avx2(Lanes<float>& y, const Lanes<float>& a,
   std::memcpy(&y, &x, sizeof x);
 }
 SSR_CPU_TARGET_AVX2 inline void fma_avx2(Lanes<double>& y, const Lanes<double>& a, const Lanes<double>& b,
-                                              const Lanes<double>& c) {
+                                         const Lanes<double>& c) {
   __m256d x[2], p[2], q[2];
   std::memcpy(x, &a, sizeof x);
   std::memcpy(p, &b, sizeof p);

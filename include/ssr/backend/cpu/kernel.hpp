@@ -113,7 +113,8 @@ SSR_INLINE void kernel_tile(const RouteSpec& spec, const T* x, index_t n, const 
                                     static_cast<double>(least[q]), inv_xi);
   if (direct) {
     D row_top[2];
-    for (int half_at = 0; half_at < 2; ++half_at) doubles_at(reinterpret_cast<const T*>(&most) + half_at * half, row_top[half_at]);
+    for (int half_at = 0; half_at < 2; ++half_at)
+      doubles_at(reinterpret_cast<const T*>(&most) + half_at * half, row_top[half_at]);
     kernel_columns<T, Isa>(
         n, h,
         [&](index_t j, int half_at, D& y) SSR_INLINE_LAMBDA {

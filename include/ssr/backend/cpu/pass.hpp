@@ -28,9 +28,10 @@ SSR_INLINE void column_sums(const T* q, const Lanes<T>* inv, const T* v, index_t
       fma(acc[c], x, inv[t], acc[c]);
     }
   if constexpr (C == lanes) {  // math::fold_lanes of the eight columns at once: lane l of each into acc[l]
+    static_assert(math::sum_lanes == lanes, "a column's block sum interleaves its rows over a tile's lanes");
     transpose(acc);
-    for (index_t half = math::sum_lanes / 2; half >= 1; half /= 2)
-      for (index_t l = 0; l < half; ++l) acc[l] = acc[l] + acc[l + half];
+    for (index_t width = math::sum_lanes / 2; width >= 1; width /= 2)
+      for (index_t l = 0; l < width; ++l) acc[l] = acc[l] + acc[l + width];
     read(v + j0, x);
     write(part + j0, V(acc[0] * x));
   } else {

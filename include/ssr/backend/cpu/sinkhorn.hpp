@@ -181,7 +181,8 @@ class Sinkhorn {
     const index_t m = x.m, n = x.n;
     const auto entry = [&](index_t j) {
       return [&b, j, n](index_t i) {
-        return static_cast<double>(b.k[(i / tile * n + j) * tile + i % tile]) + math::row_potential(b.top[i], b.row_sum[i]);
+        return static_cast<double>(b.k[(i / tile * n + j) * tile + i % tile]) +
+               math::row_potential(b.top[i], b.row_sum[i]);
       };
     };
     for (index_t j = 0; j < n; ++j)

@@ -42,11 +42,11 @@ struct Finish {
     const bool plan_or_softmax = spec.weights == Weights::plan || spec.select.score == Score::softmax;
     // One kernel a (K, instruction set): each compiled on its own, looping over the tiles itself.
     const bool by_tile = plan_or_softmax && with_k(spec.k, [&](auto k_constant) {
-      constexpr int K = decltype(k_constant)::value;
-      with_isa([&](auto isa) SSR_INLINE_LAMBDA {
-        for (index_t tl = t0; tl < t1; ++tl) tile_outputs<K, decltype(isa)>(tl);
-      });
-    });
+                           constexpr int K = decltype(k_constant)::value;
+                           with_isa([&](auto isa) SSR_INLINE_LAMBDA {
+                             for (index_t tl = t0; tl < t1; ++tl) tile_outputs<K, decltype(isa)>(tl);
+                           });
+                         });
     if (!by_tile)
       for (index_t i = t0 * tile; i < std::min(s.rows, t1 * tile); ++i) solved_row(i);
   }
@@ -75,9 +75,11 @@ struct Finish {
     using D = Lanes<double>;
     D w[K];
     if (spec.weights == Weights::plan) {
-      normalised_weights_lanes(k, [&](int r, D& x) SSR_INLINE_LAMBDA { doubles_at(chosen.value[r], x); }, w);
+      normalised_weights_lanes(
+          k, [&](int r, D& x) SSR_INLINE_LAMBDA { doubles_at(chosen.value[r], x); }, w);
     } else {
-      softmax_weights_lanes<K, Ops>(k, [&](int r, D& x) SSR_INLINE_LAMBDA { chosen_logits(chosen, r, i0, rows, x); }, w);
+      softmax_weights_lanes<K, Ops>(
+          k, [&](int r, D& x) SSR_INLINE_LAMBDA { chosen_logits(chosen, r, i0, rows, x); }, w);
     }
     store_chosen(chosen.expert, 0, w, k, 0, rows, experts, weights);
     // A row whose chosen Q underflowed goes again by math::solved_row; the others' plan rows.

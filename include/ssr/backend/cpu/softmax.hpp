@@ -51,7 +51,8 @@ struct Softmax {
     const MatrixView<T> weights(out.weights.row(i0), rows, spec.k, out.weights.stride);
     load_tile(s.row(i0), s.stride, rows, n, logits);
     Chosen<K, Lanes<T>> chosen;
-    topk_tile<K, Ops::piece>(n, [&](index_t j, Lanes<T>& x) SSR_INLINE_LAMBDA { read(logits + j * tile, x); }, chosen);
+    topk_tile<K, Ops::piece>(
+        n, [&](index_t j, Lanes<T>& x) SSR_INLINE_LAMBDA { read(logits + j * tile, x); }, chosen);
     for_halves(rows, [&](index_t at, index_t count) SSR_INLINE_LAMBDA {
       Half<double> w[K];
       softmax_weights_lanes<K, Ops>(
@@ -77,12 +78,12 @@ struct Softmax {
     for_halves(rows, [&](index_t at, index_t count) SSR_INLINE_LAMBDA {
       Chosen<K, D> chosen;
       D w[K];
-      topk_tile<K, Ops::piece>(n, [&](index_t j, D& x) SSR_INLINE_LAMBDA { read(costs + j * tile + at, x); }, chosen);
+      topk_tile<K, Ops::piece>(
+          n, [&](index_t j, D& x) SSR_INLINE_LAMBDA { read(costs + j * tile + at, x); }, chosen);
       softmax_weights_lanes<K, Ops>(
           spec.k,
           [&](int r, D& x) SSR_INLINE_LAMBDA {
-            for (index_t q = 0; q < half; ++q)
-              x[q] = static_cast<double>(logits[chosen.expert[r][q] * tile + at + q]);
+            for (index_t q = 0; q < half; ++q) x[q] = static_cast<double>(logits[chosen.expert[r][q] * tile + at + q]);
           },
           w);
       store_chosen(chosen.expert, 0, w, spec.k, at, count, experts, weights);

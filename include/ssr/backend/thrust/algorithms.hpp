@@ -44,14 +44,14 @@ V read_value(const V* p) {
 
 template <class T>
 struct SinkhornBuffers {
-  T *logk, *q;                                  // m x n: K and Q
-  T *top, *row_sum, *inv;                       // m each: c_i, r_i and 1 / r_i
-  T* lanes;                                     // sum_blocks x sum_lanes x n: the column shares' lanes
-  T *gt, *h, *v;                                // n each
-  double *g, *colsum;                           // n each
-  thrust_kernels::SolveState* state;            // one
-  std::int64_t* limbs;                          // exact sums over ranks: exact_limbs x n
-  double *column_max, *column_sum;              // log-domain columns of a distributed solve: n, n
+  T *logk, *q;                        // m x n: K and Q
+  T *top, *row_sum, *inv;             // m each: c_i, r_i and 1 / r_i
+  T* lanes;                           // sum_blocks x sum_lanes x n: the column shares' lanes
+  T *gt, *h, *v;                      // n each
+  double *g, *colsum;                 // n each
+  thrust_kernels::SolveState* state;  // one
+  std::int64_t* limbs;                // exact sums over ranks: exact_limbs x n
+  double *column_max, *column_sum;    // log-domain columns of a distributed solve: n, n
 
   SSR_HD thrust_kernels::ScaledSolve<T> solve(index_t m, index_t n) const {
     return {logk, q, top, row_sum, inv, lanes, gt, h, v, g, state, m, n};
@@ -150,8 +150,9 @@ SolveStats sinkhorn_iterate(const Exec& exec, const SinkhornBuffers<T>& b, index
 template <class Exec, class In, class T>
 void solved_rows(const Exec& exec, const RouteSpec& spec, ConstMatrixView<In> s, const SinkhornBuffers<T>& b,
                  const RouteOutputs<T>& out) {
-  for_each_index(exec, s.rows, thrust_kernels::SolvedRow<In, T>{spec, s, b.logk, b.q, b.v, b.gt, b.row_sum,
-                                                                 out.experts, out.weights, out.plan});
+  for_each_index(
+      exec, s.rows,
+      thrust_kernels::SolvedRow<In, T>{spec, s, b.logk, b.q, b.v, b.gt, b.row_sum, out.experts, out.weights, out.plan});
 }
 
 // load[j] = number of assignments to expert j; counts from load_layout.

@@ -1,9 +1,9 @@
 // The Thrust backend's Sinkhorn iteration, the scaled form of math/sinkhorn_scaled.hpp a row at a time, in
 // the order of its sums, so that it gives the CPU backend's bits: each row's Q (ScaledRows), a pass (each
-// row's sum, RowSum, then each block's column lanes, ColumnLane), the column sums in block order, the decision, the column update and the
-// scalings (Scale); and, for a problem shared by ranks, the log-domain columns and the exact sums around
-// the reductions. The decision is taken on the device and every item after it does nothing, so a caller
-// may queue iterations without reading it.
+// row's sum, RowSum, then each block's column lanes, ColumnLane), the column sums in block order, the decision, the
+// column update and the scalings (Scale); and, for a problem shared by ranks, the log-domain columns and the exact sums
+// around the reductions. The decision is taken on the device and every item after it does nothing, so a caller may
+// queue iterations without reading it.
 #pragma once
 
 #include <algorithm>
@@ -69,8 +69,8 @@ struct RowSum : ScaledSolve<T> {
     if (this->state->done) return;
     const T *row = this->q + i * this->n, *scaling = this->v;
     math::row_sum_of(
-        this->n, [row](index_t j, T& x) { x = row[j]; }, [scaling](index_t j, T& x) { x = scaling[j]; },
-        math::Fused{}, this->row_sum[i]);
+        this->n, [row](index_t j, T& x) { x = row[j]; }, [scaling](index_t j, T& x) { x = scaling[j]; }, math::Fused{},
+        this->row_sum[i]);
     math::inverse_row_sum_of<T>(this->row_sum[i], this->inv[i]);
   }
 };
@@ -85,7 +85,8 @@ struct ColumnLane : ScaledSolve<T> {
     const index_t first = item / cols / math::sum_lanes * math::sum_block_rows(cols);
     const index_t last = std::min(this->m, first + math::sum_block_rows(cols));
     T sum = 0;
-    for (index_t i = first + l; i < last; i += math::sum_lanes) sum = std::fma(this->q[i * cols + j], this->inv[i], sum);
+    for (index_t i = first + l; i < last; i += math::sum_lanes)
+      sum = std::fma(this->q[i * cols + j], this->inv[i], sum);
     this->lanes[item] = sum;
   }
 };
