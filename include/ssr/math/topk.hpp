@@ -68,6 +68,7 @@ struct IndexList {
 
 // idx[0, k) = the first k of the n experts in that order, value(j) being expert j's value.
 template <class Value>
+// NOLINTNEXTLINE(readability-non-const-parameter): idx is written through the list
 SSR_HD void topk(index_t n, int k, std::int32_t* idx, const Value& value) {
   IndexList<Value> list{idx, value};
   for (index_t j = 0; j < n; ++j) {

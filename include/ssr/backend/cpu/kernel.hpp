@@ -41,28 +41,28 @@ SSR_INLINE void costs_tile(const RouteSpec& spec, const T* x, index_t n, const d
   using D = Half<double>;
   const auto exp = [](const D& v, D& y) SSR_INLINE_LAMBDA { exp_lanes<D, Isa>(v, y); };
   D top[2], scale[2], s, y;
-  for (int h = 0; h < 2; ++h) {
+  for (index_t h = 0; h < 2; ++h) {
     top[h] = D{} - std::numeric_limits<double>::infinity();
     scale[h] = D{} + 1.0;
     shift[h] = D{} - math::cost_bound<T>();
   }
   for (index_t j = 0; j < n; ++j)
-    for (int h = 0; h < 2; ++h) {
+    for (index_t h = 0; h < 2; ++h) {
       column(x, j, h * half, s);
       math::raise_to<Isa::piece>(top[h], s);
     }
   if (spec.cost == Cost::softmax) {  // math::cost_shift's sum, in index order
     D sum[2] = {};
     for (index_t j = 0; j < n; ++j)
-      for (int h = 0; h < 2; ++h) {
+      for (index_t h = 0; h < 2; ++h) {
         column(x, j, h * half, s);
         exp(s - top[h], y);
         sum[h] = sum[h] + y;
       }
-    for (int h = 0; h < 2; ++h) scale[h] = 1.0 / sum[h];
+    for (index_t h = 0; h < 2; ++h) scale[h] = 1.0 / sum[h];
   }
   for (index_t j = 0; j < n; ++j)
-    for (int h = 0; h < 2; ++h) {
+    for (index_t h = 0; h < 2; ++h) {
       column(x, j, h * half, s);
       math::shifted_cost_of(spec.cost, s, top[h], scale[h], exp, y);
       D noise{};
@@ -83,7 +83,7 @@ SSR_INLINE void kernel_columns(index_t n, const T* h, const Kernel& f, T* k, Lan
   V kernel;
   top = V{} - std::numeric_limits<T>::infinity();
   for (index_t j = 0; j < n; ++j) {
-    for (int half_at = 0; half_at < 2; ++half_at) {
+    for (index_t half_at = 0; half_at < 2; ++half_at) {
       f(j, half_at, x);
       convert(x, part[half_at]);
     }
@@ -113,11 +113,11 @@ SSR_INLINE void kernel_tile(const RouteSpec& spec, const T* x, index_t n, const 
                                     static_cast<double>(least[q]), inv_xi);
   if (direct) {
     D row_top[2];
-    for (int half_at = 0; half_at < 2; ++half_at)
+    for (index_t half_at = 0; half_at < 2; ++half_at)
       doubles_at(reinterpret_cast<const T*>(&most) + half_at * half, row_top[half_at]);
     kernel_columns<T, Isa>(
         n, h,
-        [&](index_t j, int half_at, D& y) SSR_INLINE_LAMBDA {
+        [&](index_t j, index_t half_at, D& y) SSR_INLINE_LAMBDA {
           column(x, j, half_at * half, y);
           y = y - row_top[half_at];
           math::kernel_value_of<T, Isa::piece>(y, D{}, inv_xi, false);
@@ -129,7 +129,7 @@ SSR_INLINE void kernel_tile(const RouteSpec& spec, const T* x, index_t n, const 
   costs_tile<T, Isa>(spec, x, n, z, c, shift);
   kernel_columns<T, Isa>(
       n, h,
-      [&](index_t j, int half_at, D& y) SSR_INLINE_LAMBDA {
+      [&](index_t j, index_t half_at, D& y) SSR_INLINE_LAMBDA {
         read(c + j * tile + half_at * half, y);
         math::kernel_value_of<T, Isa::piece>(y, shift[half_at], inv_xi);
       },

@@ -33,7 +33,8 @@ SSR_INLINE void noise_tile(const RouteSpec& spec, index_t row0, index_t rows, in
     double value[4][half];
     std::memcpy(value, normal, sizeof value);
     // Element `at` of these blocks (4 l + w: lane l, word w) is the stream's 4 b0 + at - skip from e0's.
-    const std::uint64_t from = b0 == 0 ? skip : 0, to = std::min<std::uint64_t>(4 * half, skip + count - 4 * b0);
+    const std::uint64_t from = b0 == 0 ? skip : 0,
+                        to = std::min<std::uint64_t>(std::uint64_t{4} * half, skip + count - 4 * b0);
     for (std::uint64_t at = from; at < to; ++at) {
       z[j * tile + r] = scale * value[at & 3u][at >> 2];
       if (++j == n) {

@@ -56,7 +56,7 @@ SSR_INLINE void pass_block(const T* q, const T* v, index_t n, index_t count, T* 
         n,
         [&](index_t j, V& y) SSR_INLINE_LAMBDA {
           read(x + j * tile, y);
-          __builtin_prefetch(x + (n + j) * tile);  // the next tile's (past the last: no fault)
+          prefetch(x + j * tile, n * tile);  // the next tile's
         },
         [&](index_t j, V& y) SSR_INLINE_LAMBDA { y = V{} + v[j]; }, fma, r);
     write(row_sum + t * tile, r);

@@ -89,7 +89,7 @@ class Sinkhorn {
     const RouteSpec& spec;
     ConstMatrixView<T> s;
     const RouteOutputs<T>& out;
-    const Communicator<HostStream>* comm;
+    const Communicator<HostStream>* comm = nullptr;
     index_t m = s.rows, n = s.cols, rows = math::problem_rows(spec, s.rows), tiles = CpuTuning::tiles(s.rows);
     index_t block_tiles = math::sum_block_rows(s.cols) / tile, blocks = math::sum_blocks(s.rows, s.cols);
     math::ColumnTarget target{};

@@ -62,7 +62,7 @@ struct Finish {
     const int k = spec.k;
     const T tiny = static_cast<T>(math::underflow_threshold<T>());
     MaskOf<V> below{}, m;  // the lanes with some Q under the threshold
-    Chosen<K, V> chosen;
+    Chosen<K, V> chosen;   // NOLINT(cppcoreguidelines-pro-type-member-init): topk_tile writes it
     topk_tile<K, Ops::piece>(
         n,
         [&](index_t j, V& x) SSR_INLINE_LAMBDA {

@@ -50,7 +50,7 @@ struct Softmax {
     const MatrixView<std::int32_t> experts(out.experts.row(i0), rows, spec.k, out.experts.stride);
     const MatrixView<T> weights(out.weights.row(i0), rows, spec.k, out.weights.stride);
     load_tile(s.row(i0), s.stride, rows, n, logits);
-    Chosen<K, Lanes<T>> chosen;
+    Chosen<K, Lanes<T>> chosen;  // NOLINT(cppcoreguidelines-pro-type-member-init): topk_tile writes it
     topk_tile<K, Ops::piece>(
         n, [&](index_t j, Lanes<T>& x) SSR_INLINE_LAMBDA { read(logits + j * tile, x); }, chosen);
     for_halves(rows, [&](index_t at, index_t count) SSR_INLINE_LAMBDA {
@@ -76,7 +76,7 @@ struct Softmax {
     Half<double> shift[2];  // the kernel's, which top-k does not need
     costs_tile<T, Ops>(spec, logits, n, noise, costs, shift);
     for_halves(rows, [&](index_t at, index_t count) SSR_INLINE_LAMBDA {
-      Chosen<K, D> chosen;
+      Chosen<K, D> chosen;  // NOLINT(cppcoreguidelines-pro-type-member-init): topk_tile writes it
       D w[K];
       topk_tile<K, Ops::piece>(
           n, [&](index_t j, D& x) SSR_INLINE_LAMBDA { read(costs + j * tile + at, x); }, chosen);

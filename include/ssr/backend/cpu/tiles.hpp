@@ -15,6 +15,14 @@ namespace cpu {
 
 constexpr index_t tile = CpuTuning::tile;
 
+// Asks the cache for the value `ahead` values past p: an address, not a pointer (it may lie past the end
+// of p's array; a prefetch never faults).
+template <class T>
+SSR_INLINE void prefetch(const T* p, index_t ahead) {
+  const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(p) + ahead * sizeof(T);
+  __builtin_prefetch(reinterpret_cast<const void*>(at));  // NOLINT(performance-no-int-to-ptr): an address
+}
+
 // Rows [0, rows) of s (row stride `stride`, n columns; 1 <= rows <= tile) into the tile at x; a partial
 // tile repeats its last row.
 template <class T>
@@ -27,7 +35,7 @@ SSR_INLINE void load_tile(const T* s, index_t stride, index_t rows, index_t n, T
 #pragma GCC unroll 8
     for (index_t q = 0; q < tile; ++q) {
       read(row[q] + j0, v[q]);
-      __builtin_prefetch(row[q] + tile * stride + j0);  // the next tile's rows (past the last: no fault)
+      prefetch(row[q] + j0, tile * stride);  // the next tile's rows
     }
     transpose(v);
 #pragma GCC unroll 8
