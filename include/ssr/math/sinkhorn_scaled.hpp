@@ -105,14 +105,21 @@ SSR_HD T inverse_row_sum(T r) {
   return inv;
 }
 
-// A column's lanes folded in halves: lane l + lane l + 4, then + 2, then + 1.
+// out = a column's lanes folded in halves: lane l + lane l + 4, then + 2, then + 1; for T a vector, each
+// lane's column (the lanes of eight columns transposed) at once.
 template <class T>
-SSR_HD SSR_INLINE T fold_lanes(const T (&lane)[sum_lanes]) {
+SSR_HD SSR_INLINE void fold_lanes_of(const T (&lane)[sum_lanes], T& out) {
   T a[sum_lanes];
   for (index_t l = 0; l < sum_lanes; ++l) a[l] = lane[l];
   for (index_t half = sum_lanes / 2; half >= 1; half /= 2)
     for (index_t l = 0; l < half; ++l) a[l] = a[l] + a[l + half];
-  return a[0];
+  out = a[0];
+}
+template <class T>
+SSR_HD SSR_INLINE T fold_lanes(const T (&lane)[sum_lanes]) {
+  T out;
+  fold_lanes_of(lane, out);
+  return out;
 }
 
 // f_i = -(c_i + log r_i), the row potential of the scaled form's row (the log-domain column update reads it).

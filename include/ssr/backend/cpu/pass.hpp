@@ -27,13 +27,13 @@ SSR_INLINE void column_sums(const T* q, const Lanes<T>* inv, const T* v, index_t
       read(q + (t * n + j0 + c) * tile, x);
       fma(acc[c], x, inv[t], acc[c]);
     }
-  if constexpr (C == lanes) {  // math::fold_lanes of the eight columns at once: lane l of each into acc[l]
+  if constexpr (C == lanes) {  // the eight columns' folds at once: lane l of each into acc[l]
     static_assert(math::sum_lanes == lanes, "a column's block sum interleaves its rows over a tile's lanes");
     transpose(acc);
-    for (index_t width = math::sum_lanes / 2; width >= 1; width /= 2)
-      for (index_t l = 0; l < width; ++l) acc[l] = acc[l] + acc[l + width];
+    V folded;
+    math::fold_lanes_of(acc, folded);
     read(v + j0, x);
-    write(part + j0, V(acc[0] * x));
+    write(part + j0, V(folded * x));
   } else {
     for (index_t c = 0; c < C; ++c) {
       T lane[math::sum_lanes];
