@@ -164,14 +164,20 @@ void BM_RouteSoftmaxTopK(benchmark::State& state) {
 // The fused solve's buffers for an m x n kernel at logk, in a device workspace of their own.
 struct SolveWorkspace {
   thrust::device_vector<unsigned char> bytes;
-  ssr::cuda::SinkhornBuffers<float> buffers;
+  ssr::thrust_algorithms::SinkhornBuffers<float> buffers;
   SolveWorkspace(ssr::index_t m, ssr::index_t n, float* logk) {
     ssr::detail::Carve measure;
-    ssr::cuda::sinkhorn_layout<float>(measure, m, n);
+    ssr::thrust_algorithms::sinkhorn_layout<float>(measure, m, n);
     bytes.resize(measure.bytes());
     ssr::detail::Carve place(ptr(bytes), bytes.size());
-    buffers = ssr::cuda::sinkhorn_layout<float>(place, m, n);
+    buffers = ssr::thrust_algorithms::sinkhorn_layout<float>(place, m, n);
     buffers.logk = logk;
+  }
+  // The iterations and error of the last solve.
+  ssr::SolveStats stats() const {
+    ssr::SolveStats last{};
+    check(cudaMemcpy(&last, &buffers.state->stats, sizeof last, cudaMemcpyDeviceToHost), "stats");
+    return last;
   }
 };
 
@@ -183,11 +189,13 @@ void BM_SinkhornIteration(benchmark::State& state) {
   auto logk = logits<float>(m, n);
   SolveWorkspace solve(m, n, ptr(logk));
   const auto& buffers = solve.buffers;
+  if (!ssr::cuda::sinkhorn_solve<float>(buffers, m, n, {0.5, 1e-300, iterations}, nullptr)) {
+    state.SkipWithError("the device cannot hold the solve's grid");
+    return;
+  }
   EventTimer timer;
   timer.run(state, nullptr, [&] { ssr::cuda::sinkhorn_solve<float>(buffers, m, n, {0.5, 1e-300, iterations}, nullptr); });
-  ssr::SolveStats last{};
-  check(cudaMemcpy(&last, buffers.stats, sizeof last, cudaMemcpyDeviceToHost), "stats");
-  if (last.iterations != iterations) state.SkipWithError("the solve did not run every iteration");
+  if (solve.stats().iterations != iterations) state.SkipWithError("the solve did not run every iteration");
   state.counters["ns_per_iteration"] =
       benchmark::Counter(iterations * 1e-9, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
   bandwidth_counters(state, static_cast<double>(iterations) * static_cast<double>(m * n) * sizeof(float));
@@ -202,11 +210,13 @@ void BM_SinkhornConvergedSolve(benchmark::State& state) {
   thrust::transform(logk.begin(), logk.end(), logk.begin(), [] __device__(float x) { return x / xi; });
   SolveWorkspace solve(m, n, ptr(logk));
   const auto& buffers = solve.buffers;
+  if (!ssr::cuda::sinkhorn_solve<float>(buffers, m, n, {xi, 1e-4, 100}, nullptr)) {
+    state.SkipWithError("the device cannot hold the solve's grid");
+    return;
+  }
   EventTimer timer;
   timer.run(state, nullptr, [&] { ssr::cuda::sinkhorn_solve<float>(buffers, m, n, {xi, 1e-4, 100}, nullptr); });
-  ssr::SolveStats last{};
-  check(cudaMemcpy(&last, buffers.stats, sizeof last, cudaMemcpyDeviceToHost), "stats");
-  state.counters["iterations"] = last.iterations;
+  state.counters["iterations"] = solve.stats().iterations;
 }
 
 // A converged Sinkhorn top-k route (tol 1e-4): finiteness check (when the last argument is 1), kernel build,

@@ -92,7 +92,7 @@ SSR_HD double kernel_shift(index_t n, const Cost_& x) {
 }
 
 // K_ij = clamp((x_ij - shift) * (1 / xi), -B, 0): the cost in units of xi, each row's maximum 0, in place of x.
-// clamp false leaves the clamp out, for rows where it changes nothing (clamps_hold).
+// clamp false leaves the clamp out, for rows where it changes nothing (direct_kernel).
 template <class T, int Piece = piece_bytes, class D>
 SSR_HD SSR_INLINE void kernel_value_of(D& x, const D& shift, double inv_xi, bool clamp = true) {
   x = (x - shift) * inv_xi;
@@ -104,7 +104,8 @@ SSR_HD SSR_INLINE void kernel_value_of(D& x, const D& shift, double inv_xi, bool
 // top - bottom (its least) and (top - bottom) / xi are at most B. Then no clamp changes a cost S_ij - top
 // in [-(top - bottom), 0] (rounding keeps the order), the largest of them is top - top = +0 (a nonzero
 // number less itself), so the kernel's shift is +0, and x - (+0) = x. A NaN logit gives a NaN either way;
-// no finite logit (top - bottom NaN or -inf) says no.
+// no finite logit (top - bottom NaN or -inf) says no. (Under IEEE gradual underflow: a caller's
+// flush-to-zero mode can turn a tiny difference into -0.)
 template <class T>
 SSR_HD bool direct_kernel(Cost cost, bool noisy, double top, double bottom, double inv_xi) {
   const double range = top - bottom;

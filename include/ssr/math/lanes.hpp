@@ -6,7 +6,6 @@
 #pragma once
 
 #include <cmath>
-#include <cstring>
 #include <type_traits>
 #include <utility>
 

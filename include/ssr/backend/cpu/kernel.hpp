@@ -1,8 +1,9 @@
 // A tile's costs and Sinkhorn kernel on the CPU (math/cost.hpp, in lanes of doubles: a row a lane, half a
-// tile at a time), and the scaled kernel Q = exp(K + h - c) of math/sinkhorn_scaled.hpp (in lanes of T).
+// tile a vector), and the scaled kernel Q = exp(K + h - c) of math/sinkhorn_scaled.hpp (in lanes of T).
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -26,7 +27,7 @@ SSR_INLINE void exp_lanes(const V& x, V& y) {
   }
 }
 
-// y = half h of column j of a tile of T (rows h * half onwards), as doubles.
+// y = half a column j of a tile of T (rows at, at + 1, ...), as doubles.
 template <class T>
 SSR_INLINE void column(const T* x, index_t j, index_t at, Half<double>& y) {
   doubles_at(x + j * tile + at, y);
@@ -87,7 +88,11 @@ SSR_INLINE void kernel_columns(index_t n, const T* h, const Kernel& f, T* k, Lan
       f(j, half_at, x);
       convert(x, part[half_at]);
     }
+#if defined(__CUDACC__)  // nvcc's front end has no math::join_halves
+    std::memcpy(&kernel, part, sizeof kernel);
+#else
     math::join_halves(part[0], part[1], kernel, std::make_integer_sequence<int, half>{});
+#endif
     write(k + j * tile, kernel);
     math::raise_to<Isa::piece>(top, V(kernel + h[j]));
   }

@@ -61,13 +61,14 @@ struct Finish {
     const MatrixView<T> weights(out.weights.row(i0), rows, spec.k, out.weights.stride);
     const int k = spec.k;
     const T tiny = static_cast<T>(math::underflow_threshold<T>());
-    MaskOf<V> below{}, m;  // the lanes with some Q under the threshold
+    MaskOf<V> below{}, m;  // the lanes with some Q under the threshold, or NaN (not >= it, as solved_row asks)
     Chosen<K, V> chosen;   // NOLINT(cppcoreguidelines-pro-type-member-init): topk_tile writes it
     topk_tile<K, Ops::piece>(
         n,
         [&](index_t j, V& x) SSR_INLINE_LAMBDA {
           read(q + j * tile, x);
-          math::less_of<Ops::piece>(x, V{} + tiny, m);
+          math::by_pieces<Ops::piece>(m, x, V{} + tiny,
+                                      [](auto& o, const auto& y, const auto& t) SSR_INLINE_LAMBDA { o = ~(y >= t); });
           below |= m;
           x = x * v[j];
         },
