@@ -15,6 +15,12 @@ namespace cpu {
 
 constexpr index_t tile = CpuTuning::tile;
 
+#if defined(__CUDACC__)  // nvcc compiles these for the host, and names the pragma its own way
+#define SSR_CPU_UNROLL_TILE _Pragma("unroll 8")
+#else
+#define SSR_CPU_UNROLL_TILE _Pragma("GCC unroll 8")
+#endif
+
 // Asks the cache for the value `ahead` values past p: an address, not a pointer (it may lie past the end
 // of p's array; a prefetch never faults).
 template <class T>
@@ -32,13 +38,13 @@ SSR_INLINE void load_tile(const T* s, index_t stride, index_t rows, index_t n, T
   index_t j0 = 0;
   for (; j0 + tile <= n; j0 += tile) {
     Lanes<T> v[tile];  // unrolled, so that the vectors stay in registers
-#pragma GCC unroll 8
+    SSR_CPU_UNROLL_TILE
     for (index_t q = 0; q < tile; ++q) {
       read(row[q] + j0, v[q]);
       prefetch(row[q] + j0, tile * stride);  // the next tile's rows
     }
     transpose(v);
-#pragma GCC unroll 8
+    SSR_CPU_UNROLL_TILE
     for (index_t c = 0; c < tile; ++c) write(x + (j0 + c) * tile, v[c]);
   }
   for (; j0 < n; ++j0)
