@@ -313,8 +313,8 @@ void BM_SoftmaxRowByRow(benchmark::State& state) {
   spec.k = static_cast<int>(k);
   for (auto _ : state) {
     for (ssr::index_t i = 0; i < m; ++i)
-      ssr::math::softmax_row<float>(spec, s.data() + i * n, i, n, experts.data() + i * k, weights.data() + i * k,
-                                    nullptr);
+      ssr::math::softmax_row<float>(spec, ssr::Context{}, s.data() + i * n, i, n, experts.data() + i * k,
+                                    weights.data() + i * k, nullptr);
     benchmark::DoNotOptimize(weights.data());
   }
   state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(m), benchmark::Counter::kIsIterationInvariantRate);

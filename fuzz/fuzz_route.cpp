@@ -137,8 +137,13 @@ void check_against_double(const ssr::RouterConfig& config, const ssr::RouteInfo&
         g(grad_w.begin(), grad_w.end());
     std::vector<double> grad(static_cast<std::size_t>(m * n));
     ssr::Router<ssr::SSRPolicy, ssr::CpuBackend<double>> router(ssr::make_policy(config), ssr::CpuBackend<double>(1));
-    router.backward(info, {logits.data(), m, n, s.stride}, {experts.data(), m, k}, {w.data(), m, k}, {g.data(), m, k},
-                    {grad.data(), m, n}, ssr::CallOptions<ssr::HostStream>{}.unchecked());
+    router.backward(info,
+                    {{logits.data(), m, n, s.stride},
+                     {experts.data(), m, k},
+                     {w.data(), m, k},
+                     {g.data(), m, k},
+                     {grad.data(), m, n}},
+                    ssr::CallOptions<ssr::HostStream>{}.unchecked());
     for (std::size_t e = 0; e < grad.size(); ++e) {
       const float want = static_cast<float>(grad[e]);
       SSR_FUZZ_CHECK(std::memcmp(&want, &grad_s[e], sizeof want) == 0 || (std::isnan(want) && std::isnan(grad_s[e])));
@@ -169,8 +174,10 @@ void route_and_backward(FuzzedDataProvider& in, const ssr::RouterConfig& config,
     grad_finite = grad_finite && std::isfinite(g);
   }
   try {
-    call->router.backward(info, {call->experts.data(), m, k}, {call->weights.data(), m, k}, {grad_w.data(), m, k},
-                          {grad_s.data(), m, n}, call->options);
+    call->router.backward(
+        info,
+        {{}, {call->experts.data(), m, k}, {call->weights.data(), m, k}, {grad_w.data(), m, k}, {grad_s.data(), m, n}},
+        call->options);
   } catch (const ssr::Error&) {
     SSR_FUZZ_CHECK(!s.finite || !grad_finite || !checked);
     return;
@@ -201,8 +208,13 @@ void route_selection(FuzzedDataProvider& in, ssr::RouterConfig config, const Log
   check_outputs(call->experts, call->weights, call->load, m, n, k);
   std::vector<T> grad_w(static_cast<std::size_t>(m * k)), grad_s(static_cast<std::size_t>(m * n));
   for (auto& g : grad_w) g = in.remaining_bytes() > 0 ? static_cast<T>(in.ConsumeFloatingPointInRange<double>(-1e3, 1e3)) : T(1);
-  call->router.backward(info, s.view(), {call->experts.data(), m, k}, {call->weights.data(), m, k},
-                        {grad_w.data(), m, k}, {grad_s.data(), m, n}, call->options);
+  call->router.backward(info,
+                        {s.view(),
+                         {call->experts.data(), m, k},
+                         {call->weights.data(), m, k},
+                         {grad_w.data(), m, k},
+                         {grad_s.data(), m, n}},
+                        call->options);
   for (const T g : grad_s) SSR_FUZZ_CHECK(std::isfinite(g));
   check_against_double(config, info, s, call->experts, call->weights, grad_w, grad_s, k);
 }

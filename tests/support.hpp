@@ -120,18 +120,12 @@ class Router {
     return inner_.route(s.view(), ctx.with_bias(bias.vector()), {experts.view(), weights.view(), load.vector(), plan.view(), noise.view()}, options);
   }
 
-  void backward(const ssr::RouteInfo& info, ssr::ConstMatrixView<T> logits, ssr::ConstMatrixView<std::int32_t> experts,
-                ssr::ConstMatrixView<T> weights, ssr::ConstMatrixView<T> grad_weights, ssr::MatrixView<T> grad_logits,
-                options_type options = {}) {
-    const Mirror<const std::int32_t> e(experts);
-    const Mirror<const T> s(logits), w(weights), g(grad_weights);
-    const Mirror<T> grad(grad_logits);
+  void backward(const ssr::RouteInfo& info, const ssr::BackwardArgs<T>& a, options_type options = {}) {
+    const Mirror<const std::int32_t> e(a.experts);
+    const Mirror<const T> s(a.logits), w(a.weights), g(a.grad_weights);
+    const Mirror<T> grad(a.grad_logits);
     const OnExit back{[&] { grad.download(); }};
-    inner_.backward(info, s.view(), e.view(), w.view(), g.view(), grad.view(), options);
-  }
-  void backward(const ssr::RouteInfo& info, ssr::ConstMatrixView<std::int32_t> experts, ssr::ConstMatrixView<T> weights,
-                ssr::ConstMatrixView<T> grad_weights, ssr::MatrixView<T> grad_logits, options_type options = {}) {
-    backward(info, ssr::ConstMatrixView<T>{}, experts, weights, grad_weights, grad_logits, options);
+    inner_.backward(info, {s.view(), e.view(), w.view(), g.view(), grad.view()}, options);
   }
 
  private:
@@ -219,8 +213,9 @@ void check_weights_gradient(const Policy& policy, const ssr::Context& ctx, ssr::
   Routed<double> r(m, n, k);
   const auto info = router.route({s.data(), m, n}, ctx, r.outputs());
   std::vector<double> grad(static_cast<std::size_t>(m * n));
-  router.backward(info, {s.data(), m, n}, {r.experts.data(), m, k}, {r.weights.data(), m, k}, {g.data(), m, k},
-                  {grad.data(), m, n});
+  router.backward(
+      info,
+      {{s.data(), m, n}, {r.experts.data(), m, k}, {r.weights.data(), m, k}, {g.data(), m, k}, {grad.data(), m, n}});
   require_central_differences(s, grad, [&] {
     Routed<double> q(m, n, k);
     router.route({s.data(), m, n}, ctx, q.outputs());

@@ -74,7 +74,7 @@ void require_no_allocation(const Policy& policy, ssr::index_t m, ssr::index_t n,
   auto call = [&](std::uint64_t step) {
     const auto info = router.route({s.data(), m, n}, ssr::Context::train(step, 0, 1), out);
     ++paths[info.path == ssr::Path::softmax ? 0 : 1];
-    router.backward(info, {experts.data(), m, k}, {w.data(), m, k}, {g.data(), m, k}, {grad.data(), m, n});
+    router.backward(info, {{}, {experts.data(), m, k}, {w.data(), m, k}, {g.data(), m, k}, {grad.data(), m, n}});
   };
   for (std::uint64_t step = 0; step < 4; ++step) call(step);  // warm-up: both paths of a selective policy
   INFO("m " << m << " n " << n << " threads " << threads);

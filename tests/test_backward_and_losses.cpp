@@ -31,7 +31,8 @@ TEST_CASE("Sinkhorn with plan weights passes no gradient (stop-gradient)", "[bac
   test::Routed<float> r(m, n, k);
   const auto info = router.route({s.data(), m, n}, Context::train(0), r.outputs());
   std::vector<float> grad(m * n, 5.0f);
-  router.backward(info, {r.experts.data(), m, k}, {r.weights.data(), m, k}, {g.data(), m, k}, {grad.data(), m, n});
+  router.backward(info,
+                  {{}, {r.experts.data(), m, k}, {r.weights.data(), m, k}, {g.data(), m, k}, {grad.data(), m, n}});
   CHECK(grad == std::vector<float>(m * n, 0.0f));
 }
 
@@ -75,7 +76,8 @@ TEMPLATE_TEST_CASE("backward of extreme gradients has no NaN: a zero weight pass
   test::Routed<T> r(m, n, k);
   r.info = router.route({s.data(), m, n}, Context::train(0), r.outputs());
   std::vector<T> grad(static_cast<std::size_t>(m * n));
-  router.backward(r.info, {r.experts.data(), m, k}, {r.weights.data(), m, k}, {g.data(), m, k}, {grad.data(), m, n});
+  router.backward(r.info,
+                  {{}, {r.experts.data(), m, k}, {r.weights.data(), m, k}, {g.data(), m, k}, {grad.data(), m, n}});
   for (index_t i = 0; i < m; ++i) {
     for (index_t a = 0; a < k; ++a) {
       const T gs = grad[static_cast<std::size_t>(i * n + r.expert(i, a))];
@@ -98,8 +100,9 @@ TEST_CASE("backward of gradients whose weighted sum overflows has no NaN", "[bac
     test::Routed<double> r(1, n, k);
     r.info = router.route({s.data(), 1, n}, Context::train(0), r.outputs());
     std::vector<double> grad(n);
-    router.backward(r.info, {s.data(), 1, n}, {r.experts.data(), 1, k}, {r.weights.data(), 1, k}, {g.data(), 1, k},
-                    {grad.data(), 1, n});
+    router.backward(
+        r.info,
+        {{s.data(), 1, n}, {r.experts.data(), 1, k}, {r.weights.data(), 1, k}, {g.data(), 1, k}, {grad.data(), 1, n}});
     for (index_t a = 0; a < k; ++a) {
       INFO(ssr::to_string(score) << " rank " << a << " weight " << r.weight(0, a) << " dL/dS " << grad[r.expert(0, a)]);
       CHECK(!std::isnan(grad[r.expert(0, a)]));

@@ -39,8 +39,11 @@ std::pair<test::Routed<T>, std::vector<T>> route_and_backward(const Policy& poli
   r.info = router.route({s.data(), m, n}, ctx, r.outputs());
   const auto g = test::random_logits<T>(m, r.k, 1.0, 99);
   std::vector<T> grad(static_cast<std::size_t>(m * n));
-  router.backward(r.info, {s.data(), m, n}, {r.experts.data(), m, r.k}, {r.weights.data(), m, r.k}, {g.data(), m, r.k},
-                  {grad.data(), m, n});
+  router.backward(r.info, {{s.data(), m, n},
+                           {r.experts.data(), m, r.k},
+                           {r.weights.data(), m, r.k},
+                           {g.data(), m, r.k},
+                           {grad.data(), m, n}});
   return {std::move(r), std::move(grad)};
 }
 

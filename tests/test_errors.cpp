@@ -135,14 +135,17 @@ TEST_CASE("backward rejects bad experts and non-finite gradients", "[errors]") {
   std::vector<std::int32_t> e = {0, 1, 2, 3, 1, 4};
   std::vector<float> w(m * k, 0.5f), g(m * k, 1.0f), grad(m * n, -3.0f);
   ssr::RouteInfo info;
-  CHECK_THROWS_WITH(router.backward(info, {e.data(), m, k}, {w.data(), m, k}, {g.data(), m, k}, {grad.data(), m, n}),
-                    Contains("experts(2, 1) = 4"));
+  CHECK_THROWS_WITH(
+      router.backward(info, {{}, {e.data(), m, k}, {w.data(), m, k}, {g.data(), m, k}, {grad.data(), m, n}}),
+      Contains("experts(2, 1) = 4"));
   e[5] = 0;
   g[1] = std::numeric_limits<float>::infinity();
-  CHECK_THROWS_WITH(router.backward(info, {e.data(), m, k}, {w.data(), m, k}, {g.data(), m, k}, {grad.data(), m, n}),
-                    Contains("grad_weights(0, 1) = inf"));
-  CHECK_THROWS_WITH(router.backward(info, {e.data(), m, k}, {w.data(), m, k}, {g.data(), m, k}, {grad.data(), 2, n}),
-                    Contains("grad_logits has shape 2x4, expected 3x4"));
+  CHECK_THROWS_WITH(
+      router.backward(info, {{}, {e.data(), m, k}, {w.data(), m, k}, {g.data(), m, k}, {grad.data(), m, n}}),
+      Contains("grad_weights(0, 1) = inf"));
+  CHECK_THROWS_WITH(
+      router.backward(info, {{}, {e.data(), m, k}, {w.data(), m, k}, {g.data(), m, k}, {grad.data(), 2, n}}),
+      Contains("grad_logits has shape 2x4, expected 3x4"));
   CHECK(grad == std::vector<float>(m * n, -3.0f));
 }
 

@@ -64,11 +64,13 @@ TEST_CASE("backward needs only the backend and the RouteInfo", "[named][backward
   test::Routed<double> r(m, n, k);
   const auto info = router.route({s.data(), m, n}, Context::train(0), r.outputs());
   std::vector<double> a(m * n), b(m * n);
-  router.backward(info, {r.experts.data(), m, k}, {r.weights.data(), m, k}, {g.data(), m, k}, {a.data(), m, n});
+  router.backward(info, {{}, {r.experts.data(), m, k}, {r.weights.data(), m, k}, {g.data(), m, k}, {a.data(), m, n}});
   ssr::CpuBackend<double> backend;  // a fresh backend: nothing of the router is needed
-  ssr::backward(backend, info, {r.experts.data(), m, k}, {r.weights.data(), m, k}, {g.data(), m, k}, {b.data(), m, n});
+  ssr::backward(backend, info,
+                {{}, {r.experts.data(), m, k}, {r.weights.data(), m, k}, {g.data(), m, k}, {b.data(), m, n}});
   CHECK(a == b);
-  CHECK_THROWS_WITH(ssr::backward(backend, info, {r.experts.data(), m, k}, {r.weights.data(), m, k}, {g.data(), m, k},
-                                  {b.data(), m - 1, n}),
-                    Contains("grad_logits has shape 49x8, expected 50x8"));
+  CHECK_THROWS_WITH(
+      ssr::backward(backend, info,
+                    {{}, {r.experts.data(), m, k}, {r.weights.data(), m, k}, {g.data(), m, k}, {b.data(), m - 1, n}}),
+      Contains("grad_logits has shape 49x8, expected 50x8"));
 }

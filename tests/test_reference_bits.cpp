@@ -12,7 +12,9 @@
 #include <ssr/math/sinkhorn_scaled.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "support.hpp"
@@ -25,12 +27,13 @@ namespace {
 
 // The reference's Sinkhorn solve: the scaled form of math/sinkhorn_scaled.hpp, row by row.
 template <class T>
-void reference_solve(const ssr::RouteSpec& spec, const std::vector<T>& s, index_t m, index_t n, test::Routed<T>& r) {
+void reference_solve(const ssr::RouteSpec& spec, const Context& ctx, const std::vector<T>& s, index_t m, index_t n,
+                     test::Routed<T>& r) {
   namespace math = ssr::math;
   const auto at = [n](index_t i, index_t j) { return static_cast<std::size_t>(i * n + j); };
   std::vector<T> k(s.size()), q(s.size()), top(m), row_sum(m), inv(m), gt(n, 0), h(n, 0), v(n, 1);
   std::vector<double> g(n, 0.0), colsum(n);
-  for (index_t i = 0; i < m; ++i) math::kernel_row<T>(spec, &s[at(i, 0)], i, n, &k[at(i, 0)], &r.noise[at(i, 0)]);
+  for (index_t i = 0; i < m; ++i) math::kernel_row<T>(spec, ctx, &s[at(i, 0)], i, n, &k[at(i, 0)], &r.noise[at(i, 0)]);
   const math::ColumnTarget target = math::column_target(m, n);
   const index_t rows = math::sum_block_rows(n), blocks = math::sum_blocks(m, n);
   std::vector<T> part(static_cast<std::size_t>(blocks * n));
@@ -94,12 +97,13 @@ std::pair<test::Routed<T>, std::vector<T>> reference(const Policy& policy, const
   test::Routed<T> r(m, n, spec.k);
   r.info = ssr::initial_info(spec);
   if (spec.path == ssr::Path::sinkhorn) {
-    reference_solve(spec, s, m, n, r);
+    reference_solve(spec, ctx, s, m, n, r);
     r.info.converged = ssr::math::converged(r.info.marginal_error, spec.sinkhorn);
   } else {
     for (index_t i = 0; i < m; ++i)
-      ssr::math::softmax_row<T>(spec, &s[static_cast<std::size_t>(i * n)], i, n, &r.experts[static_cast<std::size_t>(i * r.k)],
-                                &r.weights[static_cast<std::size_t>(i * r.k)], &r.noise[static_cast<std::size_t>(i * n)]);
+      ssr::math::softmax_row<T>(
+          spec, ctx, &s[static_cast<std::size_t>(i * n)], i, n, &r.experts[static_cast<std::size_t>(i * r.k)],
+          &r.weights[static_cast<std::size_t>(i * r.k)], &r.noise[static_cast<std::size_t>(i * n)]);
   }
   std::fill(r.load.begin(), r.load.end(), 0);
   for (const std::int32_t e : r.experts) ++r.load[static_cast<std::size_t>(e)];
@@ -117,8 +121,19 @@ std::pair<test::Routed<T>, std::vector<T>> reference(const Policy& policy, const
   return {std::move(r), std::move(grad)};
 }
 
+// Whether a and b hold the same bits, any NaN being equal to any NaN (its sign and payload are the
+// hardware's, not the library's).
+template <class T>
+bool same_values(const std::vector<T>& a, const std::vector<T>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t e = 0; e < a.size(); ++e)
+    if (!(std::isnan(a[e]) && std::isnan(b[e])) && std::memcmp(&a[e], &b[e], sizeof(T)) != 0) return false;
+  return true;
+}
+
 template <class T, class Policy>
-void require_reference_bits(const Policy& policy, const std::vector<T>& s, index_t m, index_t n, const Context& ctx) {
+void require_reference_bits(const Policy& policy, const std::vector<T>& s, index_t m, index_t n, const Context& ctx,
+                            bool checked = true) {
   const ssr::RouteSpec spec = policy.resolve(ctx);
 #if defined(SSR_TEST_CUDA)
   if (spec.path == ssr::Path::sinkhorn) return;
@@ -127,12 +142,30 @@ void require_reference_bits(const Policy& policy, const std::vector<T>& s, index
   const auto want = reference(policy, s, m, n, ctx, g);
   test::Router<Policy, T> router(policy);
   test::Routed<T> got(m, n, spec.k);
-  got.info = router.route({s.data(), m, n}, ctx, got.outputs());
-  test::require_identical(want.first, got);
+  typename test::Router<Policy, T>::options_type options{};
+  options.check_finite = checked;
+  got.info = router.route({s.data(), m, n}, ctx, got.outputs(), options);
+  if (checked) {
+    test::require_identical(want.first, got);
+  } else {
+    const test::Routed<T>& r = want.first;
+    REQUIRE(got.experts == r.experts);
+    REQUIRE(same_values(got.weights, r.weights));
+    REQUIRE(same_values(got.plan, r.plan));
+    REQUIRE(same_values(got.noise, r.noise));
+    REQUIRE(got.load == r.load);
+    REQUIRE(got.info.iterations == r.info.iterations);
+    REQUIRE(same_values(std::vector<double>{got.info.marginal_error}, std::vector<double>{r.info.marginal_error}));
+  }
   std::vector<T> grad(s.size());
-  router.backward(got.info, {s.data(), m, n}, {got.experts.data(), m, spec.k}, {got.weights.data(), m, spec.k},
-                  {g.data(), m, spec.k}, {grad.data(), m, n});
-  REQUIRE(std::memcmp(grad.data(), want.second.data(), grad.size() * sizeof(T)) == 0);
+  router.backward(got.info,
+                  {{s.data(), m, n},
+                   {got.experts.data(), m, spec.k},
+                   {got.weights.data(), m, spec.k},
+                   {g.data(), m, spec.k},
+                   {grad.data(), m, n}},
+                  options);
+  REQUIRE(same_values(grad, want.second));
 }
 
 }  // namespace
@@ -166,5 +199,28 @@ TEMPLATE_TEST_CASE("every backend gives the bits of the scalar reference built f
           require_reference_bits(ssr::SinkhornTopK(k, cost, {xi, 1e-6, 60}, weights, sigmoid), s, m, n, ctx);
         }
     }
+  }
+}
+
+// Non-finite logits are the caller's to keep out when it turns the scan off; where it does not, every
+// backend still routes them as the reference does.
+TEMPLATE_TEST_CASE("every backend routes unchecked non-finite logits as the scalar reference", "[reference]", float,
+                   double) {
+  using T = TestType;
+  const index_t m = 67, n = GENERATE(5, 16);
+  auto s = test::random_logits<T>(m, n, 2.0, static_cast<unsigned>(n + 7), 1.0);
+  const T nan = std::numeric_limits<T>::quiet_NaN(), inf = std::numeric_limits<T>::infinity();
+  s[static_cast<std::size_t>(3 * n + 1)] = nan;
+  s[static_cast<std::size_t>(9 * n)] = inf;
+  s[static_cast<std::size_t>(20 * n + 2)] = -inf;
+  for (index_t j = 0; j < n; ++j) s[static_cast<std::size_t>(40 * n + j)] = nan;  // a whole row
+  const Context ctx = Context::train(2, 1, 9);
+  INFO("n " << n);
+  for (const Cost cost : {Cost::linear, Cost::softmax}) {
+    INFO("cost " << ssr::to_string(cost));
+    require_reference_bits(ssr::SoftmaxTopK(2, cost), s, m, n, ctx, false);
+    require_reference_bits(ssr::NoisyCost<ssr::SoftmaxTopK>(ssr::SoftmaxTopK(2, cost), 0.4, 1.0), s, m, n, ctx, false);
+    for (const auto weights : {ssr::Weights::plan, ssr::Weights::scores})
+      require_reference_bits(ssr::SinkhornTopK(2, cost, {0.5, 1e-6, 20}, weights), s, m, n, ctx, false);
   }
 }

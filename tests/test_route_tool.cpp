@@ -137,8 +137,11 @@ TEST_CASE("ssr-route writes what the library computes", "[tool]") {
   REQUIRE(grad.shape()[1] == std::size_t(n));
   test::Router<decltype(policy), float> router(policy);
   std::vector<float> want(static_cast<std::size_t>(m * n));
-  router.backward(expected.info, {expected.experts.data(), m, k}, {expected.weights.data(), m, k},
-                  {g_values.data(), m, k}, {want.data(), m, n});
+  router.backward(expected.info, {{},
+                                  {expected.experts.data(), m, k},
+                                  {expected.weights.data(), m, k},
+                                  {g_values.data(), m, k},
+                                  {want.data(), m, n}});
   CHECK(std::vector<float>(grad.begin(), grad.end()) == want);
   CHECK(std::any_of(want.begin(), want.end(), [](float d) { return d != 0; }));
   fs::remove_all(dir);
@@ -182,8 +185,11 @@ TEST_CASE("ssr-route routes with sigmoid scores, an expert bias and group-limite
   test::Routed<float> expected(m, n, k);
   expected.info = router.route({s.data(), m, n}, ctx, expected.outputs());
   std::vector<float> grad(m * n);
-  router.backward(expected.info, {s.data(), m, n}, {expected.experts.data(), m, k}, {expected.weights.data(), m, k},
-                  {g.data(), m, k}, {grad.data(), m, n});
+  router.backward(expected.info, {{s.data(), m, n},
+                                  {expected.experts.data(), m, k},
+                                  {expected.weights.data(), m, k},
+                                  {g.data(), m, k},
+                                  {grad.data(), m, n}});
   const auto experts = xt::load_npy<std::int32_t>((dir / "out" / "experts.npy").string());
   const auto weights = xt::load_npy<float>((dir / "out" / "weights.npy").string());
   const auto grad_out = xt::load_npy<float>((dir / "out" / "grad_logits.npy").string());

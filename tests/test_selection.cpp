@@ -288,7 +288,8 @@ TEST_CASE("selection errors name the argument", "[selection][errors]") {
   test::Router<SoftmaxTopK, float> router(SoftmaxTopK(2, ssr::Cost::linear, {Score::sigmoid, 1, 1}));
   const auto info = router.route({s.data(), m, n}, Context::eval(), out.outputs());
   std::vector<float> g(m * 2, 1.0f), grad(m * n);
-  CHECK_THROWS_WITH(router.backward(info, {out.experts.data(), m, 2}, {out.weights.data(), m, 2}, {g.data(), m, 2},
-                                    {grad.data(), m, n}),
-                    Contains("needs the call's logits"));
+  CHECK_THROWS_WITH(
+      router.backward(
+          info, {{}, {out.experts.data(), m, 2}, {out.weights.data(), m, 2}, {g.data(), m, 2}, {grad.data(), m, n}}),
+      Contains("needs the call's logits"));
 }

@@ -135,10 +135,12 @@ void BM_FusedSoftmaxTopK(benchmark::State& state) {
   auto s = logits<In>(m, n);
   thrust::device_vector<std::int32_t> experts(m * k);
   thrust::device_vector<float> weights(m * k);
-  const ssr::RouteSpec spec = ssr::SoftmaxTopK(static_cast<int>(k)).resolve(ssr::Context::train(0));
+  const ssr::Context ctx = ssr::Context::train(0);
+  const ssr::RouteSpec spec = ssr::SoftmaxTopK(static_cast<int>(k)).resolve(ctx);
   EventTimer timer;
   timer.run(state, nullptr, [&] {
-    ssr::cuda::softmax_topk<In, float>({ptr(s), m, n}, spec, {ptr(experts), m, k}, {ptr(weights), m, k}, {}, nullptr);
+    ssr::cuda::softmax_topk<In, float>({ptr(s), m, n}, spec, ctx, {ptr(experts), m, k}, {ptr(weights), m, k}, {},
+                                       nullptr);
   });
   check(cudaGetLastError(), "softmax_topk");
   bandwidth_counters(state, static_cast<double>(m * n * sizeof(In) + m * k * (sizeof(std::int32_t) + sizeof(float))));

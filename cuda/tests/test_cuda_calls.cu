@@ -97,13 +97,13 @@ void require_fused_softmax_matches_row_items() {
       soft.path = ssr::Path::softmax;
       soft.cost = cost;
       soft.noise_alpha = alpha;
-      soft.seed = 5;
-      soft.step = 3;
+      const ssr::Context ctx = ssr::Context::train(3, 0, 5);
       soft.k = static_cast<int>(std::min<index_t>(n, 3));
       const std::size_t chosen = static_cast<std::size_t>(m * soft.k);
       test::Bytes ea(chosen * 4, 0xff), eb(chosen * 4, 0xff), wa(chosen * sizeof(T), 0xff), wb(chosen * sizeof(T), 0xff),
           na(s.size() * sizeof(T), 0xff), nb(s.size() * sizeof(T), 0xff);
-      ssr::cuda::softmax_topk(in, soft, ssr::MatrixView<std::int32_t>{static_cast<std::int32_t*>(ea.data()), m, soft.k},
+      ssr::cuda::softmax_topk(in, soft, ctx,
+                              ssr::MatrixView<std::int32_t>{static_cast<std::int32_t*>(ea.data()), m, soft.k},
                               ssr::MatrixView<T>{static_cast<T*>(wa.data()), m, soft.k},
                               ssr::MatrixView<T>{static_cast<T*>(na.data()), m, n}, cudaStream_t{});
       const ssr::RouteOutputs<T> out_b{{static_cast<std::int32_t*>(eb.data()), m, soft.k},
@@ -111,7 +111,7 @@ void require_fused_softmax_matches_row_items() {
                                        {},
                                        {},
                                        {static_cast<T*>(nb.data()), m, n}};
-      alg::softmax_topk(thrust::cuda::par, soft, in, out_b);
+      alg::softmax_topk(thrust::cuda::par, soft, ctx, in, out_b);
       test::cuda_ok(cudaDeviceSynchronize(), "softmax top-k");
       INFO("n " << n << ", cost " << ssr::to_string(cost) << ", alpha " << alpha);
       CHECK(ea.read() == eb.read());

@@ -79,8 +79,12 @@ StepResult step(const Settings& s, Mat& w, const Batch& b, const ssr::MpiCommuni
     r.home_share += 1;
     grad_w(i, 0) = -1.0f / static_cast<float>(m);
   }
-  router.backward(info, ssr::view(std::as_const(experts)), ssr::view(std::as_const(weights)),
-                  ssr::view(std::as_const(grad_w)), ssr::view(grad_logits));
+  ssr::BackwardArgs<float> args;  // softmax score weights: the gradient does not read the logits
+  args.experts = ssr::view(std::as_const(experts));
+  args.weights = ssr::view(std::as_const(weights));
+  args.grad_weights = ssr::view(std::as_const(grad_w));
+  args.grad_logits = ssr::view(grad_logits);
+  router.backward(info, args);
   // A softmax over the chosen expert alone has no gradient (k = 1): add the cross-entropy towards home,
   // which is what moves the gate; the router's gradient is the score weights' part.
   Mat probs = logits;

@@ -178,8 +178,13 @@ class SmoeLayer {
 
     const auto start = Clock::now();
     c.grad_logits.resize(m, experts_);
-    router.backward(c.info, ssr::view(std::as_const(c.logits)), ssr::view(std::as_const(c.experts)),
-                    ssr::view(std::as_const(c.weights)), ssr::view(std::as_const(c.grad_weights)), ssr::view(c.grad_logits));
+    ssr::BackwardArgs<T> args;
+    args.logits = ssr::view(std::as_const(c.logits));
+    args.experts = ssr::view(std::as_const(c.experts));
+    args.weights = ssr::view(std::as_const(c.weights));
+    args.grad_weights = ssr::view(std::as_const(c.grad_weights));
+    args.grad_logits = ssr::view(c.grad_logits);
+    router.backward(c.info, args);
     if (options_.load_balancing > 0) c.grad_logits += static_cast<T>(options_.load_balancing) * c.load_balancing_grad;
     if (options_.z_loss > 0) c.grad_logits += static_cast<T>(options_.z_loss) * c.z_loss_grad;
     if (options_.sequence_balance > 0)

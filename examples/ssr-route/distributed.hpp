@@ -97,8 +97,9 @@ Shard<T> route_shard(const Options& o, Backend backend, Job<T>& job) {
   job.info = router.route(logits, job.context(o).at_row(static_cast<std::uint64_t>(s.begin)), out,
                           ssr::CallOptions<ssr::HostStream>{}.across(world));
   if (!s.grad.empty())
-    router.backward(job.info, logits, out.experts, out.weights, {job.grad_w.data() + s.begin * k, s.rows, k},
-                    {s.grad.data(), s.rows, n});
+    router.backward(
+        job.info,
+        {logits, out.experts, out.weights, {job.grad_w.data() + s.begin * k, s.rows, k}, {s.grad.data(), s.rows, n}});
   return s;
 }
 

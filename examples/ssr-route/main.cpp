@@ -56,7 +56,7 @@ void route_here(const Options& o, Backend (*make_backend)(const Options&), Job<T
   ssr::Router<ssr::SSRPolicy, Backend> router(job.policy, make_backend(with_threads_for(o, job)));
   job.info = router.route(job.in(), job.context(o), job.outputs());
   if (job.grad_s.size() > 0)
-    router.backward(job.info, job.in(), job.outputs().experts, job.outputs().weights, job.grad_in(), job.grad_out());
+    router.backward(job.info, {job.in(), job.outputs().experts, job.outputs().weights, job.grad_in(), job.grad_out()});
 }
 
 template <class T, class Backend>

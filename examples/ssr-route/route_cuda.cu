@@ -78,8 +78,13 @@ ssr::RouteInfo route_cuda(const ssr::SSRPolicy& policy, const ssr::Context& ctx,
   if (!out.load.empty()) thrust::copy(load.begin(), load.end(), out.load.data);
   if (!grad_weights.empty()) {
     thrust::device_vector<T> g = to_device(grad_weights), grad = like(grad_logits);
-    router.backward(info, {ptr(s), logits.rows, logits.cols}, d_out.experts, d_out.weights,
-                    {ptr(g), grad_weights.rows, grad_weights.cols}, view_of(grad, grad_logits));
+    ssr::BackwardArgs<T> args;
+    args.logits = {ptr(s), logits.rows, logits.cols};
+    args.experts = d_out.experts;
+    args.weights = d_out.weights;
+    args.grad_weights = {ptr(g), grad_weights.rows, grad_weights.cols};
+    args.grad_logits = view_of(grad, grad_logits);
+    router.backward(info, args);
     to_host(grad, grad_logits);
   }
   return info;

@@ -60,23 +60,15 @@ bool checks_while_routing(const B& backend, const RouteSpec& spec, const typenam
 }
 }  // namespace detail
 
-// dL/dw to dL/dS for the call that produced experts, weights and info from logits, on any backend: the
-// gradient needs the backend and the RouteInfo, and the logits for sigmoid score weights only (may be
-// empty otherwise). Shapes are checked here, values by the backend (unless options.check_finite is off).
+// dL/dw to dL/dS for the call that produced args.experts, args.weights and info from args.logits, on any
+// backend: the gradient needs the backend and the RouteInfo, and the logits for sigmoid score weights only
+// (may be empty otherwise). Shapes are checked here, values by the backend (unless options.check_finite
+// is off).
 template <class Backend, class T = typename Backend::value_type>
-void backward(Backend& backend, const RouteInfo& info, ConstMatrixView<T> logits, ConstMatrixView<std::int32_t> experts,
-              ConstMatrixView<T> weights, ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits,
+void backward(Backend& backend, const RouteInfo& info, const BackwardArgs<T>& args,
               const typename Backend::options_type& options = {}) {
-  detail::validate_backward(info, logits, experts, weights, grad_weights, grad_logits);
-  if (experts.rows > 0) backend.backward(info, logits, experts, weights, grad_weights, grad_logits, options);
-}
-
-// The same for weights whose gradient does not read the logits (softmax scores, or plan weights).
-template <class Backend, class T = typename Backend::value_type>
-void backward(Backend& backend, const RouteInfo& info, ConstMatrixView<std::int32_t> experts,
-              ConstMatrixView<T> weights, ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits,
-              const typename Backend::options_type& options = {}) {
-  backward(backend, info, ConstMatrixView<T>{}, experts, weights, grad_weights, grad_logits, options);
+  detail::validate_backward(info, args);
+  if (args.experts.rows > 0) backend.backward(info, args, options);
 }
 
 template <class Policy, class Backend = CpuBackend<float>>
@@ -142,16 +134,10 @@ class Router {
     return route_as<In>(logits, ctx, out, options);
   }
 
-  // Maps dL/dw (m x k) to dL/dS (m x n) for the call that produced experts, weights and info from
-  // logits. Sigmoid score weights need the logits; the other weights do not (the overload below).
-  void backward(const RouteInfo& info, ConstMatrixView<T> logits, ConstMatrixView<std::int32_t> experts,
-                ConstMatrixView<T> weights, ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits,
-                const options_type& options = {}) {
-    ssr::backward(backend_, info, logits, experts, weights, grad_weights, grad_logits, options);
-  }
-  void backward(const RouteInfo& info, ConstMatrixView<std::int32_t> experts, ConstMatrixView<T> weights,
-                ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits, const options_type& options = {}) {
-    ssr::backward(backend_, info, experts, weights, grad_weights, grad_logits, options);
+  // Maps dL/dw (m x k) to dL/dS (m x n) for the call that produced args.experts, args.weights and info
+  // from args.logits (read for sigmoid score weights only).
+  void backward(const RouteInfo& info, const BackwardArgs<T>& args, const options_type& options = {}) {
+    ssr::backward(backend_, info, args, options);
   }
 
   // Completes an info a GPU call returned before its solve statistics reached the host: waits for the
@@ -177,7 +163,7 @@ class Router {
     } else {
       checks();
     }
-    RouteInfo info = backend_.route(spec, logits, out, options);
+    RouteInfo info = backend_.route(spec, ctx, logits, out, options);
     if (options.wait) wait(info, options);
     return info;
   }

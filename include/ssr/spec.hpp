@@ -1,5 +1,7 @@
 // What one routing call computes, once a policy has resolved its choices for a context (RouteSpec), what
-// it writes (RouteOutputs) and what it reports (RouteInfo). Policies produce specs; backends execute them.
+// it writes (RouteOutputs) and what it reports (RouteInfo). Policies produce specs; backends execute a
+// spec with the call's Context (its random stream coordinates, rows and expert bias), which the spec does
+// not repeat.
 #pragma once
 
 #include <cstdint>
@@ -53,20 +55,16 @@ struct RouteSpec {
   SinkhornParams sinkhorn;
   Weights weights = Weights::scores;  // the softmax path always uses scores
   Selection select{};                 // the score function everywhere; groups and bias: softmax path
-  // n per-expert selection biases (the softmax path), in the backend's memory; null: none.
-  const float* bias = nullptr;
-  // Random stream coordinates, copied from the context.
-  std::uint32_t seed = 0;
-  std::uint32_t layer = 0;
-  std::uint64_t step = 0;
-  std::uint64_t first_row = 0;  // global index of the call's first row
   // Rows of the whole problem, over every rank that shares it: the plan's columns sum to total_rows / n.
   // 0: this call's rows (one process). Set by the Router once the ranks have agreed on it.
   std::int64_t total_rows = 0;
 
   SSR_HD bool noisy() const { return noise_alpha > 0; }
-  // Selection by top-k of the logits (or of the noisy cost): no bias, softmax scores, no groups.
-  SSR_HD bool plain_selection() const { return bias == nullptr && select.score == Score::softmax && !select.grouped(); }
+  // Selection by top-k of the logits (or of the noisy cost): softmax scores, no groups and, with the
+  // call's expert bias (null: none), no bias.
+  SSR_HD bool plain_selection(const float* bias) const {
+    return bias == nullptr && select.score == Score::softmax && !select.grouped();
+  }
 };
 
 // A Sinkhorn solve's statistics as a backend writes them, in its own memory (device memory on a GPU).
@@ -86,6 +84,7 @@ struct RouteInfo {
   bool converged = true;              // marginal_error < tol within max_iters
   // Set when a GPU call returned before its solve statistics reached the host: they are being written
   // here (device memory, in the call's workspace), and Router::wait fills in the three fields above.
+  // Valid until the next call that uses the same workspace (or the workspace is freed): wait before.
   const SolveStats* pending = nullptr;
 
   bool complete() const { return pending == nullptr; }
@@ -114,6 +113,17 @@ struct RouteOutputs {
   VectorView<std::int32_t> load = {};  // n: tokens sent to each expert; optional
   MatrixView<T> plan = {};             // m x n transport plan, written when the Sinkhorn path runs; optional
   MatrixView<T> noise = {};            // m x n, the alpha * eps that was added (zeros if none); optional
+};
+
+// The views of a backward call over a routing call's m tokens, n experts, top-k: what the call read and
+// wrote, the gradient of the loss with respect to its weights, and where dL/dS goes.
+template <class T>
+struct BackwardArgs {
+  ConstMatrixView<T> logits = {};         // m x n, the call's; read for sigmoid score weights only (else empty)
+  ConstMatrixView<std::int32_t> experts;  // m x k, the call's
+  ConstMatrixView<T> weights;             // m x k, the call's
+  ConstMatrixView<T> grad_weights;        // m x k: dL/dw
+  MatrixView<T> grad_logits;              // m x n, written: dL/dS
 };
 
 }  // namespace ssr

@@ -42,7 +42,7 @@ inline void validate_selection(const RouteSpec& spec, index_t n, VectorView<cons
     const index_t reachable = sel.topk_groups * (n / sel.n_groups);
     require(spec.k <= reachable, "k", spec.k, "must be at most topk_groups * n / n_groups = ", reachable);
   }
-  if (spec.path == Path::softmax && spec.noisy() && spec.bias != nullptr)
+  if (spec.path == Path::softmax && spec.noisy() && !bias.empty())
     fail("invalid expert_bias: cost noise (alpha = ", spec.noise_alpha,
          ") perturbs the ranking of the logits, an expert bias that of the scores; use one of them");
 }
@@ -76,19 +76,19 @@ inline bool backward_reads_logits(const RouteInfo& info) {
 // The shapes of a backward call: experts, weights and grad_weights m x k, grad_logits (and the logits,
 // when the gradient reads them) m x n.
 template <class T>
-void validate_backward(const RouteInfo& info, ConstMatrixView<T> logits, ConstMatrixView<std::int32_t> experts,
-                       ConstMatrixView<T> weights, ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits) {
-  const index_t m = experts.rows, n = grad_logits.cols, k = experts.cols;
+void validate_backward(const RouteInfo& info, const BackwardArgs<T>& a) {
+  const index_t m = a.experts.rows, n = a.grad_logits.cols, k = a.experts.cols;
   require(n >= 1, "grad_logits.cols", n, "must be at least 1 (the number of experts)");
   require(k >= 1 && k <= n, "experts.cols", k, "must be in [1, n = ", n, "]");
   if (m == 0) return;
-  require_shape(experts, "experts", m, k);
-  require_shape(weights, "weights", m, k);
-  require_shape(grad_weights, "grad_weights", m, k);
-  require_shape(grad_logits, "grad_logits", m, n);
+  require_shape(a.experts, "experts", m, k);
+  require_shape(a.weights, "weights", m, k);
+  require_shape(a.grad_weights, "grad_weights", m, k);
+  require_shape(a.grad_logits, "grad_logits", m, n);
   if (backward_reads_logits(info)) {
-    if (logits.empty()) fail("the gradient of sigmoid score weights needs the call's logits: pass them to backward");
-    require_shape(logits, "logits", m, n);
+    if (a.logits.empty())
+      fail("the gradient of sigmoid score weights needs the call's logits: set BackwardArgs::logits");
+    require_shape(a.logits, "logits", m, n);
   }
 }
 

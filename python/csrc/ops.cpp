@@ -91,10 +91,13 @@ void backward_on_cpu(const Tensor& g, const Tensor& e, const Tensor& w, const Te
                      const ssr::RouteInfo& info) {
   const int64_t m = e.size(0), k = e.size(1), n = grad.size(1);
   ssr::CpuBackend<T> backend(at::get_num_threads());  // backward needs the backend and the info only
-  const ssr::ConstMatrixView<T> logits = s.defined() ? ssr::ConstMatrixView<T>{s.data_ptr<T>(), m, n}
-                                                     : ssr::ConstMatrixView<T>{};
-  ssr::backward(backend, info, logits, {e.data_ptr<int32_t>(), m, k}, {w.data_ptr<T>(), m, k},
-                {g.data_ptr<T>(), m, k}, {grad.data_ptr<T>(), m, n});
+  ssr::BackwardArgs<T> args;
+  if (s.defined()) args.logits = {s.data_ptr<T>(), m, n};
+  args.experts = {e.data_ptr<int32_t>(), m, k};
+  args.weights = {w.data_ptr<T>(), m, k};
+  args.grad_weights = {g.data_ptr<T>(), m, k};
+  args.grad_logits = {grad.data_ptr<T>(), m, n};
+  ssr::backward(backend, info, args);
 }
 
 Tensor route_backward_cpu(const Tensor& grad_weights, const Tensor& experts, const Tensor& weights, int64_t n,

@@ -103,11 +103,13 @@ void backward_on_cuda(const Tensor& g, const Tensor& e, const Tensor& w, const T
   info.weights = ssr::Weights::scores;  // plan weights are zeroed by the caller, from info[1] on the device
   info.score = score;
   ssr::CudaBackend<T> backend;
-  const ssr::ConstMatrixView<T> logits = s.defined() ? ssr::ConstMatrixView<T>{s.const_data_ptr<T>(), m, n}
-                                                     : ssr::ConstMatrixView<T>{};
-  ssr::backward(backend, info, logits, {e.const_data_ptr<int32_t>(), m, k}, {w.const_data_ptr<T>(), m, k},
-                {g.const_data_ptr<T>(), m, k}, {grad.data_ptr<T>(), m, n},
-                ssr::CallOptions<cudaStream_t>{}.on(stream).unchecked());
+  ssr::BackwardArgs<T> args;
+  if (s.defined()) args.logits = {s.const_data_ptr<T>(), m, n};
+  args.experts = {e.const_data_ptr<int32_t>(), m, k};
+  args.weights = {w.const_data_ptr<T>(), m, k};
+  args.grad_weights = {g.const_data_ptr<T>(), m, k};
+  args.grad_logits = {grad.data_ptr<T>(), m, n};
+  ssr::backward(backend, info, args, ssr::CallOptions<cudaStream_t>{}.on(stream).unchecked());
 }
 
 Tensor route_backward_cuda(const Tensor& grad_weights, const Tensor& experts, const Tensor& weights, int64_t n,

@@ -1,10 +1,11 @@
 // The cost noise alpha * eps_ij, eps ~ N(0, sigma^2): element (i, j) is number i * n + j of the call's
-// Philox stream (seed, layer, step), i the token's global row (RouteSpec::first_row + its row in the call),
-// so every backend, thread count and sharding over ranks draws the same numbers.
+// Philox stream (seed, layer, step) of the call's Context, i the token's global row (Context::first_row +
+// its row in the call), so every backend, thread count and sharding over ranks draws the same numbers.
 #pragma once
 
 #include <cstdint>
 
+#include "ssr/context.hpp"
 #include "ssr/detail/hd.hpp"
 #include "ssr/random.hpp"
 #include "ssr/spec.hpp"
@@ -14,27 +15,27 @@ namespace ssr {
 namespace math {
 
 // The stream element of the call's row `row` (from 0) and expert j.
-SSR_HD inline std::uint64_t element_index(const RouteSpec& spec, index_t row, index_t n, index_t j) {
-  return (spec.first_row + static_cast<std::uint64_t>(row)) * static_cast<std::uint64_t>(n) +
+SSR_HD inline std::uint64_t element_index(const Context& ctx, index_t row, index_t n, index_t j) {
+  return (ctx.first_row + static_cast<std::uint64_t>(row)) * static_cast<std::uint64_t>(n) +
          static_cast<std::uint64_t>(j);
 }
 
 // alpha * eps of the call's element (row, j).
-SSR_HD inline double noise_value(const RouteSpec& spec, index_t row, index_t n, index_t j) {
+SSR_HD inline double noise_value(const RouteSpec& spec, const Context& ctx, index_t row, index_t n, index_t j) {
   return spec.noise_alpha * spec.noise_sigma *
-         random::normal(spec.seed, spec.layer, spec.step, element_index(spec, row, n, j));
+         random::normal(ctx.seed, ctx.layer, ctx.step, element_index(ctx, row, n, j));
 }
 
-// z[j] = noise_value(spec, row, n, j) for the n elements of a row, each block of four normals drawn once.
-SSR_HD inline void noise_row(const RouteSpec& spec, index_t row, index_t n, double* z) {
+// z[j] = noise_value(spec, ctx, row, n, j) for the n elements of a row, each block of four normals drawn once.
+SSR_HD inline void noise_row(const RouteSpec& spec, const Context& ctx, index_t row, index_t n, double* z) {
   const double scale = spec.noise_alpha * spec.noise_sigma;
   double block[4];
   std::uint64_t loaded = ~std::uint64_t{0};
   for (index_t j = 0; j < n; ++j) {
-    const std::uint64_t e = element_index(spec, row, n, j);
+    const std::uint64_t e = element_index(ctx, row, n, j);
     if ((e >> 2) != loaded) {
       loaded = e >> 2;
-      random::normals4(spec.seed, spec.layer, spec.step, loaded, block);
+      random::normals4(ctx.seed, ctx.layer, ctx.step, loaded, block);
     }
     z[j] = scale * block[e & 3u];
   }

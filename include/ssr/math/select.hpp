@@ -104,16 +104,17 @@ SSR_HD void select_topk(index_t n, int k, const Selection& sel, std::int32_t* id
 }
 
 // The softmax path's experts of one row, for any selection: top-k of the logits when plain (no noise:
-// the noisy path ranks its cost), else select_topk of the selection values. s(j) is logit j as a double.
+// the noisy path ranks its cost), else select_topk of the selection values with the expert bias (null:
+// none). s(j) is logit j as a double.
 template <class Logit>
-SSR_HD void select_row(const RouteSpec& spec, index_t n, std::int32_t* idx, const Logit& s) {
-  if (spec.plain_selection()) {
+SSR_HD void select_row(const RouteSpec& spec, const float* bias, index_t n, std::int32_t* idx, const Logit& s) {
+  if (spec.plain_selection(bias)) {
     topk(n, spec.k, idx, s);  // top-k of S and of c(S) agree
     return;
   }
   const CostShift shift = score_shift(n, spec.select.score, s);
   select_topk(n, spec.k, spec.select, idx,
-              [&](index_t j) { return selection_value(spec.select.score, s(j), shift, spec.bias, j); });
+              [&](index_t j) { return selection_value(spec.select.score, s(j), shift, bias, j); });
 }
 
 }  // namespace math

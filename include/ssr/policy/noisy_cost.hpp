@@ -27,7 +27,7 @@ struct NoisyCost {
     // The noise perturbs the cost the softmax path ranks; a selection by sigmoid scores or groups ranks
     // no cost (with an expert bias, checked per call: detail::validate_selection).
     const RouteSpec train = resolve(Context::train(0));
-    if (train.path == Path::softmax && train.noisy() && !train.plain_selection())
+    if (train.path == Path::softmax && train.noisy() && !train.plain_selection(nullptr))
       detail::fail("invalid alpha = ", alpha,
                    ": cost noise needs softmax scores without groups (score = ", to_string(train.select.score),
                    ", n_groups = ", train.select.n_groups, ", topk_groups = ", train.select.topk_groups, ")");

@@ -46,8 +46,7 @@ struct SinkhornTopK {
     if (ctx.mode == Mode::train) {
       s.path = Path::sinkhorn;
       s.sinkhorn = params;
-      s.weights = weights;
-      s.bias = nullptr;  // the plan selects
+      s.weights = weights;  // the plan selects: the context's expert bias is not read
     }
     return s;
   }

@@ -35,18 +35,13 @@ struct SoftmaxTopK {
     detail::validate(select);
   }
 
-  RouteSpec resolve(const Context& ctx) const {
+  RouteSpec resolve(const Context& /*ctx*/) const {
     RouteSpec s;
     s.path = Path::softmax;
     s.k = k;
     s.cost = cost;
     s.weights = Weights::scores;
     s.select = select;
-    s.bias = ctx.expert_bias.data;
-    s.seed = ctx.seed;
-    s.layer = ctx.layer;
-    s.step = ctx.step;
-    s.first_row = ctx.first_row;
     return s;
   }
 };

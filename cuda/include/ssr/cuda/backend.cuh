@@ -18,6 +18,7 @@
 
 #include "ssr/backend/thrust/algorithms.hpp"
 #include "ssr/call.hpp"
+#include "ssr/context.hpp"
 #include "ssr/cuda/buffer.cuh"
 #include "ssr/cuda/check.cuh"
 #include "ssr/cuda/load.cuh"
@@ -70,7 +71,7 @@ class CudaBackend {
   // Runs a resolved spec on options.stream; the Router checked the arguments (and their values, unless
   // told not to).
   template <class In>
-  RouteInfo route(const RouteSpec& spec, ConstMatrixView<In> s, const RouteOutputs<T>& out,
+  RouteInfo route(const RouteSpec& spec, const Context& ctx, ConstMatrixView<In> s, const RouteOutputs<T>& out,
                   const options_type& options) {
     static_assert(reads_logits<In>, "ssr::CudaBackend<T>: logits must be T, or __half or __nv_bfloat16 for T = float");
     namespace alg = thrust_algorithms;
@@ -81,13 +82,13 @@ class CudaBackend {
     RouteInfo info = initial_info(spec);
     const auto exec = thrust::cuda::par_nosync.on(stream);
     if (m > 0 && spec.path == Path::softmax) {
-      if (spec.k <= CudaTuning::fused_max_k && spec.plain_selection()) {
-        cuda::softmax_topk(s, spec, out.experts, out.weights, out.noise, stream);
+      if (spec.k <= CudaTuning::fused_max_k && spec.plain_selection(ctx.expert_bias.data)) {
+        cuda::softmax_topk(s, spec, ctx, out.experts, out.weights, out.noise, stream);
       } else {
-        alg::softmax_topk(exec, spec, s, out);
+        alg::softmax_topk(exec, spec, ctx, s, out);
       }
     } else if (spec.path == Path::sinkhorn && rows > 0) {  // a rank without rows still joins the reductions
-      alg::sinkhorn_kernel(exec, spec, s, b.sinkhorn.logk, out.noise);
+      alg::sinkhorn_kernel(exec, spec, ctx, s, b.sinkhorn.logk, out.noise);
       if (!options.communicator && cuda::sinkhorn_solve(b.sinkhorn, m, n, spec.sinkhorn, stream)) {
         info.pending = &b.sinkhorn.state->stats;
       } else {  // the decision on the device; with ranks, read after each iteration (see docs/distributed.md)
@@ -118,18 +119,16 @@ class CudaBackend {
     return info;
   }
 
-  void backward(const RouteInfo& info, ConstMatrixView<T> logits, ConstMatrixView<std::int32_t> experts,
-                ConstMatrixView<T> weights, ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits,
-                const options_type& options) {
+  void backward(const RouteInfo& info, const BackwardArgs<T>& a, const options_type& options) {
     const cudaStream_t stream = options.stream;
     if (options.check_finite) {
       detail::Carve flag_only;
       flag_only.take<unsigned long long>(1);
       detail::Carve c = detail::carve_workspace(options.workspace, flag_only.bytes(), own_workspace(stream));
-      cuda::check_backward(experts, weights, grad_weights, grad_logits.cols, c.take<unsigned long long>(1), stream);
+      cuda::check_backward(a.experts, a.weights, a.grad_weights, a.grad_logits.cols, c.take<unsigned long long>(1),
+                           stream);
     }
-    thrust_algorithms::backward(thrust::cuda::par_nosync.on(stream), info, logits, experts, weights, grad_weights,
-                                grad_logits);
+    thrust_algorithms::backward(thrust::cuda::par_nosync.on(stream), info, a);
     cuda::check(cudaGetLastError(), "backward");
   }
 

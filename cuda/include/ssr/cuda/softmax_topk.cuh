@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "ssr/context.hpp"
 #include "ssr/cuda/check.cuh"
 #include "ssr/cuda/lane_group.cuh"
 #include "ssr/cuda/scalar.cuh"
@@ -35,8 +36,8 @@ __device__ inline auto load(const In* p) {
 // Softmax top-k of rows; K bounds k (k <= K). Score is the type experts are ranked by: the logits' own
 // (float or double) without noise, double with it. T is the weights' type and the cost bound's.
 template <class In, class T, int K, int Lanes, bool Noisy>
-__global__ void softmax_topk_kernel(ConstMatrixView<In> s, RouteSpec spec, MatrixView<std::int32_t> experts,
-                                    MatrixView<T> weights, MatrixView<T> noise) {
+__global__ void softmax_topk_kernel(ConstMatrixView<In> s, RouteSpec spec, Context ctx,
+                                    MatrixView<std::int32_t> experts, MatrixView<T> weights, MatrixView<T> noise) {
   using Score = std::conditional_t<Noisy, double, decltype(load(s.data))>;
   const GroupRow<Lanes> group(s.rows);
   const int sub = group.sub;
@@ -56,7 +57,7 @@ __global__ void softmax_topk_kernel(ConstMatrixView<In> s, RouteSpec spec, Matri
       const Score v = load(in + j);
       return v == v ? v : -INFINITY;
     }
-    const double z = math::noise_value(spec, row, s.cols, j);
+    const double z = math::noise_value(spec, ctx, row, s.cols, j);
     if (noise.data) noise(row, j) = static_cast<T>(z);
     const double c = math::cost_value<T>(math::shifted_cost(spec.cost, ssr::detail::to_double(in[j]), shift), &z);
     return c == c ? c : -INFINITY;
@@ -82,10 +83,11 @@ __global__ void softmax_topk_kernel(ConstMatrixView<In> s, RouteSpec spec, Matri
 
 }  // namespace detail
 
-// Launches the fused softmax top-k on stream; spec.k must be at most CudaTuning::fused_max_k.
+// Launches the fused softmax top-k on stream; spec.k must be at most CudaTuning::fused_max_k, and the
+// selection plain (RouteSpec::plain_selection): ctx gives the noise's stream only.
 template <class In, class T>
-void softmax_topk(ConstMatrixView<In> s, const RouteSpec& spec, MatrixView<std::int32_t> experts, MatrixView<T> weights,
-                  MatrixView<T> noise, cudaStream_t stream) {
+void softmax_topk(ConstMatrixView<In> s, const RouteSpec& spec, const Context& ctx, MatrixView<std::int32_t> experts,
+                  MatrixView<T> weights, MatrixView<T> noise, cudaStream_t stream) {
   if (s.rows == 0) return;
   detail::with_lanes(s.cols, [&](auto lanes) {
     detail::with_list_length(spec.k, [&](auto list) {
@@ -94,10 +96,10 @@ void softmax_topk(ConstMatrixView<In> s, const RouteSpec& spec, MatrixView<std::
       constexpr int threads = detail::group_threads;
       if (spec.noisy()) {
         detail::softmax_topk_kernel<In, T, K, Lanes, true>
-            <<<blocks, threads, 0, stream>>>(s, spec, experts, weights, noise);
+            <<<blocks, threads, 0, stream>>>(s, spec, ctx, experts, weights, noise);
       } else {
         detail::softmax_topk_kernel<In, T, K, Lanes, false>
-            <<<blocks, threads, 0, stream>>>(s, spec, experts, weights, noise);
+            <<<blocks, threads, 0, stream>>>(s, spec, ctx, experts, weights, noise);
       }
     });
   });

@@ -14,6 +14,7 @@
 #include "ssr/backend/cpu/softmax.hpp"
 #include "ssr/backend/cpu/tuning.hpp"
 #include "ssr/call.hpp"
+#include "ssr/context.hpp"
 #include "ssr/detail/aligned.hpp"
 #include "ssr/detail/parallel.hpp"
 #include "ssr/detail/workspace.hpp"
@@ -62,7 +63,7 @@ class CpuBackend {
   std::size_t held_workspace_bytes() const { return own_.capacity(); }
 
   // Runs a resolved spec; the Router checked the arguments (and their values, unless told not to).
-  RouteInfo route(const RouteSpec& spec, ConstMatrixView<T> s, const RouteOutputs<T>& out,
+  RouteInfo route(const RouteSpec& spec, const Context& ctx, ConstMatrixView<T> s, const RouteOutputs<T>& out,
                   const options_type& options) {
     const index_t m = s.rows, n = s.cols;
     RouteInfo info = initial_info(spec);
@@ -77,10 +78,10 @@ class CpuBackend {
     const Layout b = layout(c, spec, m, n);
 #if !defined(__CUDA_ARCH__)  // nvcc's device pass compiles no host code, and its device code has no lanes
     if (solve) {
-      cpu::Sinkhorn<T>::solve(b.sinkhorn, spec, s, out, info,
+      cpu::Sinkhorn<T>::solve(b.sinkhorn, spec, ctx, s, out, info,
                               threads_for(m * n, CpuTuning::sinkhorn_parallel_min_elements), options.communicator);
     } else {
-      route_softmax(spec, s, out, b);
+      route_softmax(cpu::Softmax<T>{spec, ctx, s, out}, b);
     }
 #endif
     if (!out.load.empty()) count_load(out.experts, out.load, b.counts, threads_for(m * n));
@@ -110,20 +111,18 @@ class CpuBackend {
   }
 
   // dL/dS from dL/dw (ssr/math/backward.hpp); the Router validated the shapes (logits: when read).
-  void backward(const RouteInfo& info, ConstMatrixView<T> logits, ConstMatrixView<std::int32_t> experts,
-                ConstMatrixView<T> weights, ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits,
-                const options_type& options) {
-    const index_t m = grad_logits.rows, n = grad_logits.cols;
-    const int k = static_cast<int>(experts.cols);
-    if (options.check_finite) check_backward(experts, weights, grad_weights, n);
+  void backward(const RouteInfo& info, const BackwardArgs<T>& a, const options_type& options) {
+    const index_t m = a.grad_logits.rows, n = a.grad_logits.cols;
+    const int k = static_cast<int>(a.experts.cols);
+    if (options.check_finite) check_backward(a.experts, a.weights, a.grad_weights, n);
     const bool pass = info.weights == Weights::scores;
     detail::parallel_for(threads_for(m * n), m, [&](index_t i) {
-      T* out = grad_logits.row(i);
+      T* out = a.grad_logits.row(i);
       std::fill(out, out + n, T(0));
       if (!pass) return;
-      const std::int32_t* e = experts.row(i);
-      const T *w = weights.row(i), *g = grad_weights.row(i);
-      const T* s = logits.empty() ? nullptr : logits.row(i);
+      const std::int32_t* e = a.experts.row(i);
+      const T *w = a.weights.row(i), *g = a.grad_weights.row(i);
+      const T* s = a.logits.empty() ? nullptr : a.logits.row(i);
       math::backward_row(
           info.score, k, [w](int r) { return w[r]; }, [g](int r) { return g[r]; }, [s, e](int r) { return s[e[r]]; },
           [out, e](int r, double d) { out[e[r]] = static_cast<T>(d); });
@@ -157,8 +156,8 @@ class CpuBackend {
   }
 
   // The softmax path: by tiles where it can, else row by row (cpu::Softmax).
-  void route_softmax(const RouteSpec& spec, ConstMatrixView<T> s, const RouteOutputs<T>& out, const Layout& b) const {
-    const cpu::Softmax<T> softmax{spec, s, out};
+  void route_softmax(const cpu::Softmax<T>& softmax, const Layout& b) const {
+    const ConstMatrixView<T> s = softmax.s;
     const index_t n = s.cols;
     if (!softmax.by_tiles()) {
       detail::parallel_for(threads_for(s.rows * n), s.rows, [&](index_t i) { softmax.row_outputs(i); });

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "ssr/backend/cpu/tiles.hpp"
+#include "ssr/context.hpp"
 #include "ssr/math/noise.hpp"
 #include "ssr/random.hpp"
 #include "ssr/spec.hpp"
@@ -15,11 +16,12 @@ SSR_LANES_BEGIN
 namespace ssr {
 namespace cpu {
 
-// z[j * tile + q] = math::noise_value(spec, row0 + q, n, j) for q < rows, 0 for the tile's other rows.
+// z[j * tile + q] = math::noise_value(spec, ctx, row0 + q, n, j) for q < rows, 0 for the tile's other rows.
 template <class Isa>
-SSR_INLINE void noise_tile(const RouteSpec& spec, index_t row0, index_t rows, index_t n, double* z) {
+SSR_INLINE void noise_tile(const RouteSpec& spec, const Context& ctx, index_t row0, index_t rows, index_t n,
+                           double* z) {
   using U = Half<std::uint64_t>;
-  const std::uint64_t e0 = math::element_index(spec, row0, n, 0), skip = e0 & 3u;
+  const std::uint64_t e0 = math::element_index(ctx, row0, n, 0), skip = e0 & 3u;
   const std::uint64_t count = static_cast<std::uint64_t>(rows * n), blocks = (skip + count + 3) / 4;
   const std::uint64_t last_block = (std::uint64_t{1} << 62) - 1;  // the stream wraps as its element index
   const double scale = spec.noise_alpha * spec.noise_sigma;
@@ -28,7 +30,7 @@ SSR_INLINE void noise_tile(const RouteSpec& spec, index_t row0, index_t rows, in
   index_t r = 0, j = 0;  // the next element's row and column
   for (std::uint64_t b0 = 0; b0 < blocks; b0 += half) {
     Half<double> normal[4];
-    random::normals_of(spec.seed, spec.layer, spec.step, (lane + ((e0 >> 2) + b0)) & last_block, normal,
+    random::normals_of(ctx.seed, ctx.layer, ctx.step, (lane + ((e0 >> 2) + b0)) & last_block, normal,
                        typename Isa::Fma{}, typename Isa::Sqrt{}, typename Isa::Mul{});
     double value[4][half];
     std::memcpy(value, normal, sizeof value);

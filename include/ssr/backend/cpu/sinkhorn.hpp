@@ -17,6 +17,7 @@
 #include "ssr/backend/cpu/sinkhorn_finish.hpp"
 #include "ssr/call.hpp"
 #include "ssr/communicator.hpp"
+#include "ssr/context.hpp"
 #include "ssr/detail/parallel.hpp"
 #include "ssr/detail/sum_over_ranks.hpp"
 #include "ssr/detail/workspace.hpp"
@@ -57,9 +58,9 @@ class Sinkhorn {
   }
 
   // comm: the ranks sharing the problem (spec.total_rows rows in all), or null.
-  static void solve(const SinkhornBuffers<T>& b, const RouteSpec& spec, ConstMatrixView<T> s,
+  static void solve(const SinkhornBuffers<T>& b, const RouteSpec& spec, const Context& ctx, ConstMatrixView<T> s,
                     const RouteOutputs<T>& out, RouteInfo& info, int nt, const Communicator<HostStream>* comm) {
-    State x{b, spec, s, out, comm};
+    State x{b, spec, ctx, s, out, comm};
     x.target = math::column_target(x.rows, x.n);
     std::fill(b.g, b.g + x.n, 0.0);
     std::fill(b.gt, b.gt + x.n, T(0));
@@ -87,6 +88,7 @@ class Sinkhorn {
   struct State {
     const SinkhornBuffers<T>& b;
     const RouteSpec& spec;
+    const Context& ctx;  // the noise's stream
     ConstMatrixView<T> s;
     const RouteOutputs<T>& out;
     const Communicator<HostStream>* comm = nullptr;
@@ -129,7 +131,7 @@ class Sinkhorn {
         for (index_t tl = t0; tl < t1; ++tl) {
           const index_t i0 = tl * tile, rows = rows_of(x, tl);
           load_tile(x.s.row(i0), x.s.stride, rows, n, logits);
-          if (x.spec.noisy()) noise_tile<Ops>(x.spec, i0, rows, n, noise);
+          if (x.spec.noisy()) noise_tile<Ops>(x.spec, x.ctx, i0, rows, n, noise);
           if (!x.out.noise.empty())
             write_noise(x.spec, noise, n, rows, MatrixView<T>(x.out.noise.row(i0), rows, n, x.out.noise.stride));
           Lanes<T> c;

@@ -9,6 +9,7 @@
 #include "ssr/backend/cpu/kernel.hpp"
 #include "ssr/backend/cpu/noise.hpp"
 #include "ssr/backend/cpu/topk.hpp"
+#include "ssr/context.hpp"
 #include "ssr/math/rows.hpp"
 #include "ssr/spec.hpp"
 #include "ssr/view.hpp"
@@ -20,11 +21,12 @@ namespace cpu {
 template <class T>
 struct Softmax {
   const RouteSpec& spec;
+  const Context& ctx;  // the noise's stream and the expert bias
   ConstMatrixView<T> s;
   const RouteOutputs<T>& out;
 
   // Whether the call's rows go by tiles (a noisy cost is always plain: NoisyCost::validate).
-  bool by_tiles() const { return spec.k <= tile_k && spec.plain_selection(); }
+  bool by_tiles() const { return spec.k <= tile_k && spec.plain_selection(ctx.expert_bias.data); }
 
   // The outputs of tiles [t0, t1); scratch: a tile of T and two of doubles.
   void tiles(index_t t0, index_t t1, T* logits, double* noise, double* costs) const {
@@ -72,7 +74,7 @@ struct Softmax {
     const MatrixView<T> weights(out.weights.row(i0), rows, spec.k, out.weights.stride);
     using D = Half<double>;
     load_tile(s.row(i0), s.stride, rows, n, logits);
-    noise_tile<Ops>(spec, i0, rows, n, noise);
+    noise_tile<Ops>(spec, ctx, i0, rows, n, noise);
     Half<double> shift[2];  // the kernel's, which top-k does not need
     costs_tile<T, Ops>(spec, logits, n, noise, costs, shift);
     for_halves(rows, [&](index_t at, index_t count) SSR_INLINE_LAMBDA {
@@ -93,7 +95,7 @@ struct Softmax {
 
  public:
   void row_outputs(index_t i) const {
-    math::softmax_row<T>(spec, s.row(i), i, s.cols, out.experts.row(i), out.weights.row(i),
+    math::softmax_row<T>(spec, ctx, s.row(i), i, s.cols, out.experts.row(i), out.weights.row(i),
                          out.noise.empty() ? nullptr : out.noise.row(i));
   }
 };

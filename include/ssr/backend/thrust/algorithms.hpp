@@ -86,14 +86,16 @@ inline std::int32_t* load_layout(detail::Carve& c, index_t m, index_t n) {
 }
 
 template <class Exec, class In, class T>
-void softmax_topk(const Exec& exec, const RouteSpec& spec, ConstMatrixView<In> s, const RouteOutputs<T>& out) {
-  for_each_index(exec, s.rows, thrust_kernels::SoftmaxRow<In, T>{spec, s, out.experts, out.weights, out.noise});
+void softmax_topk(const Exec& exec, const RouteSpec& spec, const Context& ctx, ConstMatrixView<In> s,
+                  const RouteOutputs<T>& out) {
+  for_each_index(exec, s.rows, thrust_kernels::SoftmaxRow<In, T>{spec, ctx, s, out.experts, out.weights, out.noise});
 }
 
 // The kernel K of every row into logk (m x n), and the noise when asked.
 template <class Exec, class In, class T>
-void sinkhorn_kernel(const Exec& exec, const RouteSpec& spec, ConstMatrixView<In> s, T* logk, MatrixView<T> noise) {
-  for_each_index(exec, s.rows, thrust_kernels::KernelRow<In, T>{spec, s, logk, noise});
+void sinkhorn_kernel(const Exec& exec, const RouteSpec& spec, const Context& ctx, ConstMatrixView<In> s, T* logk,
+                     MatrixView<T> noise) {
+  for_each_index(exec, s.rows, thrust_kernels::KernelRow<In, T>{spec, ctx, s, logk, noise});
 }
 
 // Iterates from g = 0 until the device decides to stop. host_decides: reads the decision (read_state)
@@ -165,11 +167,10 @@ void count_load(const Exec& exec, ConstMatrixView<std::int32_t> experts, VectorV
 }
 
 template <class Exec, class T>
-void backward(const Exec& exec, const RouteInfo& info, ConstMatrixView<T> logits, ConstMatrixView<std::int32_t> experts,
-              ConstMatrixView<T> weights, ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits) {
-  for_each_index(exec, experts.rows,
-                 thrust_kernels::Backward<T>{experts, weights, grad_weights, grad_logits,
-                                             info.weights == Weights::scores, info.score, logits});
+void backward(const Exec& exec, const RouteInfo& info, const BackwardArgs<T>& a) {
+  for_each_index(exec, a.experts.rows,
+                 thrust_kernels::Backward<T>{a.experts, a.weights, a.grad_weights, a.grad_logits,
+                                             info.weights == Weights::scores, info.score, a.logits});
 }
 
 // The row-major index of the first non-finite logit, or max index; the result is read on the host.

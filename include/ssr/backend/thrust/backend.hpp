@@ -70,7 +70,7 @@ class ThrustBackend {
   }
 
   // Runs a resolved spec; the Router checked the arguments (and their values, unless told not to).
-  RouteInfo route(const RouteSpec& spec, ConstMatrixView<T> s, const RouteOutputs<T>& out,
+  RouteInfo route(const RouteSpec& spec, const Context& ctx, ConstMatrixView<T> s, const RouteOutputs<T>& out,
                   const options_type& options) {
     namespace alg = thrust_algorithms;
     const index_t m = s.rows, n = s.cols, rows = math::problem_rows(spec, m);
@@ -78,9 +78,9 @@ class ThrustBackend {
     detail::Carve c = detail::carve_workspace(options.workspace, workspace_bytes(spec, m, n), own_workspace());
     const Layout b = layout(c, spec, m, n);
     if (m > 0 && spec.path == Path::softmax) {
-      alg::softmax_topk(thrust::device, spec, s, out);
+      alg::softmax_topk(thrust::device, spec, ctx, s, out);
     } else if (spec.path == Path::sinkhorn && rows > 0) {  // a rank without rows still joins the reductions
-      alg::sinkhorn_kernel(thrust::device, spec, s, b.sinkhorn.logk, out.noise);
+      alg::sinkhorn_kernel(thrust::device, spec, ctx, s, b.sinkhorn.logk, out.noise);
       const auto read = [](const thrust_kernels::SolveState* state) { return alg::read_value(state); };
       info.set(alg::sinkhorn_iterate(thrust::device, b.sinkhorn, m, rows, n, spec.sinkhorn, options.communicator,
                                      HostStream{}, /*host_decides=*/true, read));
@@ -90,19 +90,18 @@ class ThrustBackend {
     return info;
   }
 
-  void backward(const RouteInfo& info, ConstMatrixView<T> logits, ConstMatrixView<std::int32_t> experts,
-                ConstMatrixView<T> weights, ConstMatrixView<T> grad_weights, MatrixView<T> grad_logits,
-                const options_type& options) {
+  void backward(const RouteInfo& info, const BackwardArgs<T>& a, const options_type& options) {
     namespace alg = thrust_algorithms;
     if (options.check_finite) {
-      const index_t first = alg::first_bad_assignment(thrust::device, experts, weights, grad_weights, grad_logits.cols);
+      const index_t n = a.grad_logits.cols, k = a.experts.cols;
+      const index_t first = alg::first_bad_assignment(thrust::device, a.experts, a.weights, a.grad_weights, n);
       if (first != std::numeric_limits<index_t>::max()) {
-        const index_t i = first / experts.cols, r = first % experts.cols;
-        detail::fail_bad_assignment(i, r, alg::read_value(&experts(i, r)), grad_logits.cols,
-                                    alg::read_value(&weights(i, r)), alg::read_value(&grad_weights(i, r)));
+        const index_t i = first / k, r = first % k;
+        detail::fail_bad_assignment(i, r, alg::read_value(&a.experts(i, r)), n, alg::read_value(&a.weights(i, r)),
+                                    alg::read_value(&a.grad_weights(i, r)));
       }
     }
-    alg::backward(thrust::device, info, logits, experts, weights, grad_weights, grad_logits);
+    alg::backward(thrust::device, info, a);
   }
 
   // Calls are complete when they return.

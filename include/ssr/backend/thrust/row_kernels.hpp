@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "ssr/context.hpp"
 #include "ssr/detail/hd.hpp"
 #include "ssr/detail/scalar.hpp"
 #include "ssr/math/backward.hpp"
@@ -26,12 +27,13 @@ namespace thrust_kernels {
 template <class In, class T>
 struct SoftmaxRow {
   RouteSpec spec{};
+  Context ctx{};
   ConstMatrixView<In> s{};
   MatrixView<std::int32_t> experts{};
   MatrixView<T> weights{}, noise{};
 
   SSR_HD void operator()(index_t i) const {
-    math::softmax_row<T>(spec, s.row(i), i, s.cols, experts.row(i), weights.row(i),
+    math::softmax_row<T>(spec, ctx, s.row(i), i, s.cols, experts.row(i), weights.row(i),
                          noise.empty() ? nullptr : noise.row(i));
   }
 };
@@ -40,12 +42,13 @@ struct SoftmaxRow {
 template <class In, class T>
 struct KernelRow {
   RouteSpec spec{};
+  Context ctx{};
   ConstMatrixView<In> s{};
   T* logk = nullptr;
   MatrixView<T> noise{};
 
   SSR_HD void operator()(index_t i) const {
-    math::kernel_row<T>(spec, s.row(i), i, s.cols, logk + i * s.cols, noise.empty() ? nullptr : noise.row(i));
+    math::kernel_row<T>(spec, ctx, s.row(i), i, s.cols, logk + i * s.cols, noise.empty() ? nullptr : noise.row(i));
   }
 };
 
