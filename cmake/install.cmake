@@ -8,7 +8,7 @@ install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/ssr" DESTINATION "${CMAKE_INSTA
 install(TARGETS ssr EXPORT ssrTargets)
 install(EXPORT ssrTargets NAMESPACE ssr:: DESTINATION "${SSR_CONFIG_DIR}")
 export(EXPORT ssrTargets NAMESPACE ssr:: FILE "${PROJECT_BINARY_DIR}/ssrTargets.cmake")
-if(SSR_ENABLE_XTENSOR)
+if(SSR_HAS_XTENSOR)
   install(TARGETS ssr_xtensor EXPORT ssrXtensorTargets)
   install(EXPORT ssrXtensorTargets NAMESPACE ssr:: DESTINATION "${SSR_CONFIG_DIR}")
   export(EXPORT ssrXtensorTargets NAMESPACE ssr:: FILE "${PROJECT_BINARY_DIR}/ssrXtensorTargets.cmake")

@@ -497,6 +497,12 @@ TEST_CASE("ssr-route --distributed mpi routes as one process", "[tool][mpi]") {
   REQUIRE(one.status == 0);
   REQUIRE(three.status == 0);
   CHECK(three.out.find("\"ranks\": 3") != std::string::npos);
+  CHECK(one.out.find("\"ranks\"") == std::string::npos);
+  std::string mpirun_one = mpirun;
+  mpirun_one.replace(mpirun_one.find(" -np 3 "), 7, " -np 1 ");
+  const auto single = run_command(mpirun_one + SSR_ROUTE_EXE + args + (dir / "single").string() + " --distributed mpi", dir);
+  REQUIRE(single.status == 0);
+  CHECK(single.out.find("\"ranks\": 1") != std::string::npos);
   const auto iterations = [](const std::string& json) { return json.substr(0, json.find("\"marginal_error\"")); };
   CHECK(iterations(one.out) == iterations(three.out));
   const auto file = [&](const char* side, const char* name) { return (dir / side / name).string(); };

@@ -84,7 +84,8 @@ struct Job {
   }
   ssr::MatrixView<T> grad_out() { return grad_s.size() > 0 ? ssr::MatrixView<T>{grad_s.data(), m, n} : ssr::MatrixView<T>{}; }
 
-  // Writes the outputs and prints the JSON summary; ranks > 1 adds "ranks".
+  // Writes the outputs and prints the JSON summary; a distributed run (ranks: its MPI ranks, 0 for one
+  // process) adds "ranks".
   void write(const Options& o, int ranks) const {
     Output files(o.out);
     files.add("experts.npy", experts);
@@ -102,7 +103,7 @@ struct Job {
     for (ssr::index_t j = 0; j < n; ++j) json += (j ? ", " : "") + std::to_string(load[static_cast<std::size_t>(j)]);
     json += "], \"max_over_mean\": " + json_number(st.max_over_mean) + ", \"cv\": " + json_number(st.cv) +
             ", \"empty_experts\": " + std::to_string(st.empty_experts);
-    if (ranks > 1) json += ", \"ranks\": " + std::to_string(ranks);
+    if (ranks > 0) json += ", \"ranks\": " + std::to_string(ranks);
     std::printf("%s}\n", json.c_str());
   }
 

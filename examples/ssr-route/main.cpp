@@ -63,7 +63,7 @@ template <class T, class Backend>
 int run(const Options& o, Backend (*make_backend)(const Options&)) {
   Job<T> job(o);
   route_here(o, make_backend, job);
-  job.write(o, 1);
+  job.write(o, 0);
   return 0;
 }
 
@@ -73,7 +73,7 @@ int run_cuda(const Options& o) {
   if (o.threads != 0) throw UsageError("--threads applies to the cpu and thrust-omp backends, not to cuda");
   Job<T> job(o);
   job.info = route_cuda<T>(job.policy, job.context(o), job.in(), job.outputs(), job.grad_in(), job.grad_out());
-  job.write(o, 1);
+  job.write(o, 0);
   return 0;
 }
 #endif
