@@ -40,7 +40,7 @@ class SsrGate:
             experts, weights = self.ssr(route_logits, step=self.ssr.step - 1)
         else:
             experts, weights = self.ssr(route_logits)
-        return logits, weights.to(logits.dtype), experts.long()
+        return logits, weights.to(logits.dtype), experts
 
 
 def _in_backward():

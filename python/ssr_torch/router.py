@@ -13,7 +13,8 @@ _WEIGHTS = ("plan", "scores")
 
 
 class Router(torch.nn.Module):
-    """Routes m x n gating logits to k experts per token: forward(logits) -> (experts, weights).
+    """Routes m x n gating logits to k experts per token: forward(logits) -> (experts, weights), experts
+    int64 (torch's index type) and weights of the logits' floating type.
 
     Options and defaults are ssr-route's (the paper's): router "ssr" with p = 1e-3, k = 2, linear cost,
     xi = 0.5, tol = 1e-4, max_iters = 100, plan weights (the Sinkhorn path passes no gradient to the
@@ -89,7 +90,7 @@ class Router(torch.nn.Module):
         if self.training and step is None:
             self.step += 1
         self.load, self.info = load, info
-        return experts, weights
+        return experts.long(), weights  # int64, as torch's topk, gather, scatter and one_hot take indices
 
     def extra_repr(self):
         return (f"router={self.router!r}, k={self.k}, cost={self.cost!r}, xi={self.xi}, weights={self.weights!r}, "
