@@ -9,7 +9,7 @@
 // in Horner's fused steps; then 2^k in two factors 2^a 2^b (a + b = k, each a normal power of two), so
 // that results below the least normal round once into the subnormals and those beyond the largest double
 // overflow to +inf. Within 1 ulp (tests/test_math_exp.cpp measures it against long double).
-// In float: x clamped to [-88, 88] (NaN read as -88); n = round(8x / ln2) = 8k + j (j in [0, 8));
+// In float: x clamped to [-88, 88] (a NaN gives NaN); n = round(8x / ln2) = 8k + j (j in [0, 8));
 // r = x - n ln2 / 8 in [-ln2/16, ln2/16] (Cody-Waite, fused); exp(r) - 1 by Taylor's polynomial of degree 4
 // (truncation below 1.3e-9 relative); s = 2^(j/8) (a table of 8 correctly rounded floats) times 2^k in the
 // exponent bits (0 for k = -127); and (exp(r) - 1) s + s rounded once. Within 0.88 ulp wherever the result
@@ -129,13 +129,14 @@ SSR_HD SSR_INLINE void exp_float_of(const F& in, F& out, const Fma& fma, const L
   fma(y, y, r, F{} + 0.5f);
   const F yr = y * r;
   fma(p, yr, r, r);
-  // n + 1016 in [0, 2032] for x in [-88, 88]: j its last three bits, k + 127 the rest, in the exponent bits.
+  // n + 1016 in [0, 2032] for x in [-88, 88]: j its last three bits, k + 127 the rest, in the exponent bits
+  // (masked to eight bits, which changes nothing there and keeps a NaN's shift defined; its result is NaN).
   I bits;
   std::memcpy(&bits, &shifted, sizeof bits);
   bits -= 0x4b400000 - 1016;
   F eighth, two_k;
   lookup(bits, eighth);
-  bits = bits >> 3 << 23;
+  bits = (bits >> 3 & 0xff) << 23;
   std::memcpy(&two_k, &bits, sizeof two_k);
   const F s = eighth * two_k;  // exact: a power of two times a float, or 0 (k = -127)
   fma(result, p, s, s);        // (p + 1) s rounded once
