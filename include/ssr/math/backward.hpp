@@ -1,4 +1,4 @@
-// The gradient of DESIGN section 1: dL/dS from dL/dw for one token. With score weights (softmax path,
+// The gradient of a route (docs/routers.md): dL/dS from dL/dw for one token. With score weights (softmax path,
 // S-BASE) dL/dS_ij = w_ij (g_ij - sum_r w_ir g_ir) on the chosen experts and 0 elsewhere, times
 // d log s / dS_ij for sigmoid scores (1 - sigmoid(S_ij)); plan weights pass no gradient (the paper's
 // stop-gradient), so their dL/dS is 0. Noise, bias and the choice of experts are constants.

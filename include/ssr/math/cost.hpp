@@ -1,4 +1,4 @@
-// The cost of DESIGN section 1, element by element: C = c(S) (linear or row softmax), shifted so each
+// The cost of a route (docs/routers.md), element by element: C = c(S) (linear or row softmax), shifted so each
 // row's clean maximum is 0, plus the noise alpha * eps, clamped; and the Sinkhorn kernel
 // K = clamp((C - max C) / xi, -B, 0). A per-row shift changes neither a top-k nor the Sinkhorn plan,
 // and it keeps every value finite. Each element's formula is written once for a double and for a vector

@@ -147,7 +147,7 @@ SSR_HD SSR_INLINE void exp_float_of(const F& in, F& out, const Fma& fma, const L
 // A build for the x86-64 baseline has no fused multiply-add instruction: std::fma is then a call to libm,
 // and exp a dozen of them (28 ns where glibc's exp takes 3). Where the processor has FMA, exp takes a copy
 // compiled for it (1.5 ns), the same bits.
-#define SSR_EXP_DISPATCH_FMA 1
+#define SSR_MATH_DISPATCH_FMA 1  // log.hpp's too
 __attribute__((target("fma"))) inline double exp_fma(double x) {
   double y;
   exp_of<double, std::uint64_t>(x, y, Fused{});
@@ -169,7 +169,7 @@ inline bool has_fma() {
 
 // exp(x) in double (see the top of this file).
 SSR_HD inline double exp(double x) {
-#if defined(SSR_EXP_DISPATCH_FMA)
+#if defined(SSR_MATH_DISPATCH_FMA)
   if (has_fma()) return exp_fma(x);
 #endif
   double y;
@@ -181,7 +181,7 @@ SSR_HD inline double exp(double x) {
 template <class T>
 SSR_HD inline T exp_as(T x) {
   if constexpr (sizeof(T) == sizeof(float)) {
-#if defined(SSR_EXP_DISPATCH_FMA)
+#if defined(SSR_MATH_DISPATCH_FMA)
     if (has_fma()) return exp_float_fma(x);
 #endif
     float y;
@@ -195,5 +195,3 @@ SSR_HD inline T exp_as(T x) {
 }  // namespace math
 }  // namespace ssr
 SSR_LANES_END
-
-#undef SSR_EXP_DISPATCH_FMA

@@ -113,6 +113,14 @@ SSR_HD SSR_INLINE void lower_to(V& v, const V& hi) {
   by_pieces<Piece>(v, v, hi, [](auto& o, const auto& x, const auto& y) SSR_INLINE_LAMBDA { o = y < x ? y : x; });
 }
 
+// v = lo where v is NaN, lane by lane.
+template <int Piece = piece_bytes, class V>
+SSR_HD SSR_INLINE void nan_to(V& v, const V& lo) {
+  by_pieces<Piece>(v, v, lo, [](auto& o, const auto& x, const auto& y) SSR_INLINE_LAMBDA {
+    o = x == x ? x : y;  // NOLINT(misc-redundant-expression): false for a NaN
+  });
+}
+
 // v = std::min(std::max(v, lo), hi), lane by lane.
 template <int Piece = piece_bytes, class V>
 SSR_HD SSR_INLINE void clamp_in(V& v, const V& lo, const V& hi) {

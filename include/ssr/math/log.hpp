@@ -52,9 +52,8 @@ SSR_HD SSR_INLINE void log_of(const D& in, D& out, const Fma& fma) {
   fma(out, k, D{} + 6.93147180369123816490e-01, -w);  // k ln2's first part (an exact product) - w
 }
 
-#if defined(__GNUC__) && !defined(__CUDACC__) && defined(__x86_64__) && !defined(__FMA__)
+#if defined(SSR_MATH_DISPATCH_FMA)
 // As for exp (exp.hpp): a baseline x86-64 build takes a copy compiled for FMA where the processor has it.
-#define SSR_LOG_DISPATCH_FMA 1
 __attribute__((target("fma"))) inline double log_fma(double x) {
   double y;
   log_of<double, std::uint64_t>(x, y, Fused{});
@@ -64,7 +63,7 @@ __attribute__((target("fma"))) inline double log_fma(double x) {
 
 // log(x) in double, x a positive normal double (see the top of this file).
 SSR_HD inline double log(double x) {
-#if defined(SSR_LOG_DISPATCH_FMA)
+#if defined(SSR_MATH_DISPATCH_FMA)
   if (has_fma()) return log_fma(x);
 #endif
   double y;
@@ -75,5 +74,3 @@ SSR_HD inline double log(double x) {
 }  // namespace math
 }  // namespace ssr
 SSR_LANES_END
-
-#undef SSR_LOG_DISPATCH_FMA

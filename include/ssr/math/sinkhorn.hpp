@@ -1,4 +1,4 @@
-// The Sinkhorn iteration of DESIGN section 1 in potentials: the plan is Pi_ij = exp(K_ij + f_i + g_j).
+// The Sinkhorn iteration (docs/routers.md) in potentials: the plan is Pi_ij = exp(K_ij + f_i + g_j).
 // A row update makes every row sum to 1, a column update every column to m/n; the error after an
 // iteration is sum_j |colsum_j - m/n| / m, and the solve stops when it is below tol or after max_iters.
 // When ranks share the problem, m is the rows of all of them (RouteSpec::total_rows).

@@ -1,8 +1,10 @@
-// Top-k of one token's row: experts by descending value, ties to the lower index. The rule is one
-// insertion step, written once for a scalar and for a vector of lanes (the CPU's tiles: a row a lane).
+// Top-k of one token's row: experts by descending value, ties to the lower index, NaN as -inf. The rule
+// is one insertion step, written once for a scalar and for a vector of lanes (the CPU's tiles: a row a
+// lane).
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 #include "ssr/detail/hd.hpp"
 #include "ssr/math/lanes.hpp"
@@ -21,16 +23,19 @@ SSR_HD bool ranks_before(V a, index_t ia, V b, index_t ib) {
 // Expert j, of value v, into a list of the best `count` of the experts before it (count <= k), kept by
 // descending value: while the list has fewer than k entries v takes the next place, else the last place
 // where v is strictly greater than the last entry; then it moves ahead of every entry it is strictly greater
-// than. Experts come in index order, so a later index passes an earlier one only when strictly greater, and
-// a NaN neither enters a full list nor passes anything. `list` holds the entries, with masks of type
-// List::Mask (lane by lane): less(p, v, m) sets m = entry p's value < v; all(m) sets every lane of m;
+// than. Experts come in index order, so a later index passes an earlier one only when strictly greater. A
+// NaN ranks as -inf: it never enters a full list, and where it takes a free place it enters as -inf.
+// `list` holds the entries, with masks of type List::Mask (lane by lane) and comparisons in pieces of
+// List::piece bytes: less(p, v, m) sets m = entry p's value < v; all(m) sets every lane of m;
 // move(p, up, here, v, j) sets entry p (p > 0) to entry p - 1 where `up`, else to (v, j) where `here`;
 // put(here, v, j) sets entry 0 to (v, j) where `here`; any(m) tells whether any lane holds.
 template <class List, class V, class I>
-SSR_HD SSR_INLINE void topk_insert(List& list, int k, int count, const V& v, const I& j) {
+SSR_HD SSR_INLINE void topk_insert(List& list, int k, int count, const V& value, const I& j) {
   int p = count < k ? count : k - 1;  // the place v takes, if it enters
+  V v = value;
   typename List::Mask here, up;
   if (count < k) {
+    nan_to<List::piece>(v, V{} - std::numeric_limits<lane_t<V>>::infinity());
     list.all(here);
   } else {
     list.less(p, v, here);
@@ -51,7 +56,12 @@ struct IndexList {
   std::int32_t* idx;
   const Value& value_of;
   using Mask = bool;
-  SSR_HD void less(int p, double v, bool& m) const { m = static_cast<double>(value_of(idx[p])) < v; }
+  static constexpr int piece = piece_bytes;
+  SSR_HD void less(int p, double v, bool& m) const {
+    auto entry = static_cast<double>(value_of(idx[p]));
+    nan_to(entry, -std::numeric_limits<double>::infinity());  // as it entered
+    m = entry < v;
+  }
   SSR_HD static void all(bool& m) { m = true; }
   SSR_HD void move(int p, bool up, bool here, double /*v*/, std::int32_t j) const {
     if (up) {

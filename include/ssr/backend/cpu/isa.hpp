@@ -92,32 +92,34 @@ struct Baseline {
 // The same operations in AVX2 and FMA instructions: a float lane vector is one register, a double or
 // 64-bit integer one two halves. Not forced inline: a generic kernel calls them before it is itself inlined
 // into its AVX2 entry (with_isa), where the compiler then inlines them.
-SSR_CPU_TARGET_AVX2 inline void fma_avx2(Lanes<float>& y, const Lanes<float>& a, const Lanes<float>& b,
-                                         const Lanes<float>& c) {
-  __m256 x, p, q;
-  std::memcpy(&x, &a, sizeof x);
-  std::memcpy(&p, &b, sizeof p);
-  std::memcpy(&q, &c, sizeof q);
+SSR_CPU_TARGET_AVX2 inline void fmadd_avx2(__m256& x, const __m256& p, const __m256& q) {
   x = _mm256_fmadd_ps(x, p, q);
-  std::memcpy(&y, &x, sizeof x);
 }
-SSR_CPU_TARGET_AVX2 inline void fma_avx2(Lanes<double>& y, const Lanes<double>& a, const Lanes<double>& b,
-                                         const Lanes<double>& c) {
-  __m256d x[2], p[2], q[2];
+SSR_CPU_TARGET_AVX2 inline void fmadd_avx2(__m256d& x, const __m256d& p, const __m256d& q) {
+  x = _mm256_fmadd_pd(x, p, q);
+}
+// The AVX2 register of floats or doubles (a specialisation: as a template argument its attributes drop).
+template <class L>
+struct Avx2Register;
+template <>
+struct Avx2Register<float> {
+  using type = __m256;
+};
+template <>
+struct Avx2Register<double> {
+  using type = __m256d;
+};
+// y = a * b + c for a vector of floats or doubles of whole registers, a register at a time.
+template <class V>
+SSR_CPU_TARGET_AVX2 void fma_avx2(V& y, const V& a, const V& b, const V& c) {
+  using R = typename Avx2Register<math::lane_t<V>>::type;
+  constexpr int n = static_cast<int>(sizeof(V)) / 32;  // 32 bytes a register
+  R x[n], p[n], q[n];
   std::memcpy(x, &a, sizeof x);
   std::memcpy(p, &b, sizeof p);
   std::memcpy(q, &c, sizeof q);
-  for (int h = 0; h < 2; ++h) x[h] = _mm256_fmadd_pd(x[h], p[h], q[h]);
+  for (int r = 0; r < n; ++r) fmadd_avx2(x[r], p[r], q[r]);
   std::memcpy(&y, x, sizeof x);
-}
-SSR_CPU_TARGET_AVX2 inline void fma_avx2(Half<double>& y, const Half<double>& a, const Half<double>& b,
-                                         const Half<double>& c) {
-  __m256d x, p, q;
-  std::memcpy(&x, &a, sizeof x);
-  std::memcpy(&p, &b, sizeof p);
-  std::memcpy(&q, &c, sizeof q);
-  x = _mm256_fmadd_pd(x, p, q);
-  std::memcpy(&y, &x, sizeof x);
 }
 SSR_CPU_TARGET_AVX2 inline void sqrt_avx2(Half<double>& y, const Half<double>& x) {
   __m256d v;

@@ -29,40 +29,33 @@ namespace cpu {
 constexpr int lanes = static_cast<int>(CpuTuning::tile);
 static_assert(lanes == 8, "the lane types below hold eight values");
 
-template <class T>
-struct LaneType;
-#define SSR_CPU_LANES(T, Bytes)                                      \
-  template <>                                                        \
-  struct LaneType<T> {                                               \
-    typedef T type __attribute__((vector_size(Bytes))); /* NOLINT */ \
-  };
-SSR_CPU_LANES(float, 32)
-SSR_CPU_LANES(double, 64)
-SSR_CPU_LANES(std::int32_t, 32)
-SSR_CPU_LANES(std::int64_t, 64)
-SSR_CPU_LANES(std::uint64_t, 64)
-#undef SSR_CPU_LANES
-template <class T>
-using Lanes = typename LaneType<T>::type;
-
 // Half a tile's rows, four values: the CPU's work in double (costs, kernel, weights, noise) goes by halves
 // of tiles, so that a vector of doubles is an AVX2 register (eight doubles would live in memory).
 constexpr int half = lanes / 2;
-template <class T>
-struct HalfType;
-#define SSR_CPU_HALF(T, Bytes)                                       \
-  template <>                                                        \
-  struct HalfType<T> {                                               \
-    typedef T type __attribute__((vector_size(Bytes))); /* NOLINT */ \
+
+// Count values of T as one vector (written out a type at a time: nvcc's front end drops a vector size
+// that depends on a template argument).
+template <class T, int Count>
+struct VectorOf;
+#define SSR_CPU_VECTORS(T)                                                                     \
+  template <>                                                                                  \
+  struct VectorOf<T, lanes> {                                                                  \
+    typedef T type __attribute__((vector_size(lanes * sizeof(T)))); /* NOLINT: an attribute */ \
+  };                                                                                           \
+  template <>                                                                                  \
+  struct VectorOf<T, half> {                                                                   \
+    typedef T type __attribute__((vector_size(half * sizeof(T)))); /* NOLINT: an attribute */  \
   };
-SSR_CPU_HALF(float, 16)
-SSR_CPU_HALF(double, 32)
-SSR_CPU_HALF(std::int32_t, 16)
-SSR_CPU_HALF(std::int64_t, 32)
-SSR_CPU_HALF(std::uint64_t, 32)
-#undef SSR_CPU_HALF
+SSR_CPU_VECTORS(float)
+SSR_CPU_VECTORS(double)
+SSR_CPU_VECTORS(std::int32_t)
+SSR_CPU_VECTORS(std::int64_t)
+SSR_CPU_VECTORS(std::uint64_t)
+#undef SSR_CPU_VECTORS
 template <class T>
-using Half = typename HalfType<T>::type;
+using Lanes = typename VectorOf<T, lanes>::type;
+template <class T>
+using Half = typename VectorOf<T, half>::type;
 
 // The lanes of a vector type, and the integer vector of its comparisons' masks.
 template <class V>

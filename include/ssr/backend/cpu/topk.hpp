@@ -42,6 +42,7 @@ template <int K, class V, int Piece>
 struct TileList {
   using I = MaskOf<V>;
   using Mask = I;
+  static constexpr int piece = Piece;
   V best[K] = {};
   I at[K] = {};
 
