@@ -34,19 +34,18 @@ SSR_INLINE void column(const T* x, index_t j, index_t at, Half<double>& y) {
 }
 
 // The costs of a tile's rows (math::cost_value of math::shifted_cost, the noise z added where not null):
-// c[j * tile + q] for the logits x (a tile of T), and where shift is not null each half's kernel shift
-// (math::kernel_shift). A row a lane of doubles, so half a tile a vector; column by column, both halves at
-// once.
+// c[j * tile + q] for the logits x (a tile of T), and each half's kernel shift (math::kernel_shift). A row a
+// lane of doubles, so half a tile a vector; column by column, both halves at once.
 template <class T, class Isa>
 SSR_INLINE void costs_tile(const RouteSpec& spec, const T* x, index_t n, const double* z, double* c,
-                           Half<double>* shift) {
+                           Half<double> (&shift)[2]) {
   using D = Half<double>;
   const auto exp = [](const D& v, D& y) SSR_INLINE_LAMBDA { exp_lanes<D, Isa>(v, y); };
   D top[2], scale[2], s, y;
   for (index_t h = 0; h < 2; ++h) {
     top[h] = D{} - std::numeric_limits<double>::infinity();
     scale[h] = D{} + 1.0;
-    if (shift) shift[h] = D{} - math::cost_bound<T>();
+    shift[h] = D{} - math::cost_bound<T>();
   }
   for (index_t j = 0; j < n; ++j)
     for (index_t h = 0; h < 2; ++h) {
@@ -71,7 +70,7 @@ SSR_INLINE void costs_tile(const RouteSpec& spec, const T* x, index_t n, const d
       if (z) read(z + j * tile + h * half, noise);
       math::cost_value_of<T, Isa::piece>(y, z != nullptr, noise);
       write(c + j * tile + h * half, y);
-      if (shift) math::raise_to<Isa::piece>(shift[h], y);
+      math::raise_to<Isa::piece>(shift[h], y);
     }
 }
 

@@ -75,7 +75,8 @@ struct Softmax {
     using D = Half<double>;
     load_tile(s.row(i0), s.stride, rows, n, logits);
     noise_tile<Ops>(spec, ctx, i0, rows, n, noise);
-    costs_tile<T, Ops>(spec, logits, n, noise, costs, nullptr);
+    Half<double> shift[2];  // the kernel's, which top-k does not need
+    costs_tile<T, Ops>(spec, logits, n, noise, costs, shift);
     for_halves(rows, [&](index_t at, index_t count) SSR_INLINE_LAMBDA {
       Chosen<K, D> chosen;  // NOLINT(cppcoreguidelines-pro-type-member-init): topk_tile writes it
       D w[K];
