@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA backend's checks on a machine with an NVIDIA GPU, from a build configured with
 # -DSSR_ENABLE_CUDA=ON (and Google Benchmark for the benchmarks):
-#   cmake --build BUILD --target ssr_cuda_tests ssr_cuda_bench ssr_tests ssr-route
+#   cmake --build BUILD --target ssr_cuda_tests ssr_cuda_bench ssr_tests ssr-route ssr-cuda-engine-step
 #   bash cuda/run_gpu_checks.sh BUILD [OUT]
 # Runs the CUDA tests (the property suite of tests/ on the CUDA backend, its agreement with the CPU backend,
 # and the CUDA call tests), the quick ones under compute-sanitizer (memcheck, racecheck, synccheck),
@@ -42,6 +42,7 @@ else
   echo "compute-sanitizer not found: sanitizer checks not run"
   status=1
 fi
+step engine_step "$build/cuda/examples/ssr-cuda-engine-step"
 step route_tool env SSR_EXPECT_GPU=1 "$build/tests/ssr_tests" "[cuda]"
 python=${SSR_PYTHON:-python3}
 if [ -d "$build/python/ssr_torch" ] && "$python" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then

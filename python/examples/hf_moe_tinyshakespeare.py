@@ -1,13 +1,15 @@
-"""A small byte-level MoE language model of Hugging Face transformers (Qwen3-MoE by default), trained on
-tiny-shakespeare once with each router: the model's own softmax top-k with its auxiliary load-balancing
-loss, and ssr_torch's routers dropped in by ssr_torch.hf.replace_routers (no auxiliary loss). Same seed,
-same initial weights, same batches. Prints training and validation bits per byte and the expert load.
+"""A small byte-level MoE language model of Hugging Face transformers (Qwen3-MoE by default), trained on a
+text (tiny-shakespeare with --data, a generated play-like text without) once with each router: the model's
+own softmax top-k with its auxiliary load-balancing loss, and ssr_torch's routers dropped in by
+ssr_torch.hf.replace_routers (no auxiliary loss). Same seed, same initial weights, same batches. Prints
+training and validation bits per byte and the expert load. Needs ssr_torch and transformers installed.
 
-    PYTHONPATH=build/python .venv/bin/python python/examples/hf_moe_tinyshakespeare.py
-    ... --steps 30 --routers original,ssr          # a few seconds
+    python python/examples/hf_moe_tinyshakespeare.py --steps 30 --routers original,ssr   # a few seconds
+    python python/examples/hf_moe_tinyshakespeare.py --data tinyshakespeare.txt          # 400 steps
 """
 import argparse
 import math
+import random
 import sys
 import time
 from pathlib import Path
@@ -17,8 +19,6 @@ import torch.nn.functional as F
 import transformers
 
 from ssr_torch.hf import replace_routers
-
-ROOT = Path(__file__).resolve().parents[2]
 
 ROUTERS = ("original", "softmax", "ssr", "sinkhorn")
 
@@ -31,8 +31,8 @@ def parse_args(argv=None):
                         help="comma-separated, of: original (the model's softmax top-k + its aux loss at the "
                              "config's coefficient), softmax (the same without aux loss), ssr, sinkhorn")
     parser.add_argument("--arch", default="qwen3_moe", choices=("qwen3_moe", "mixtral", "olmoe"))
-    parser.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"),
-                        help="text file, read as bytes: the first 90%% train, the last 10%% validate")
+    parser.add_argument("--data", help="text file, read as bytes: the first 90%% train, the last 10%% validate "
+                                       "(default: a generated play-like text, see generated_text)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch", type=int, default=16, help="sequences per step")
     parser.add_argument("--seq", type=int, default=64, help="bytes per sequence")
@@ -51,9 +51,27 @@ def parse_args(argv=None):
     for name in args.routers:
         if name not in ROUTERS:
             parser.error(f"unknown router {name!r}: choose from {', '.join(ROUTERS)}")
-    if not Path(args.data).is_file():
-        parser.error(f"no such file: {args.data} (pass --data FILE)")
+    if args.data is not None and not Path(args.data).is_file():
+        parser.error(f"no such file: {args.data}")
     return args
+
+
+def generated_text(size=300_000, seed=0):
+    """A play-like text of about size bytes, the same for the same seed: speeches of a few characters made
+    of sentences of a small grammar, with structure enough for a byte-level model to learn."""
+    rng = random.Random(seed)
+    speakers = ("KING", "QUEEN", "DUKE", "PRINCE", "NURSE", "FRIAR", "CAPTAIN", "FOOL")
+    subjects = ("the king", "my lord", "this crown", "the night", "your grace", "a fool", "the sea", "thy heart")
+    verbs = ("doth love", "shall keep", "hath lost", "will tell", "must bear", "cannot find", "would see")
+    objects = ("the crown", "a kingdom", "my sword", "her honour", "the truth", "thy name", "the morning")
+    endings = (".", "!", "?", ", I pray.", ", my liege.", ", and more.")
+    lines, total = [], 0
+    while total < size:
+        speech = " ".join(f"{rng.choice(subjects).capitalize()} {rng.choice(verbs)} {rng.choice(objects)}"
+                          f"{rng.choice(endings)}" for _ in range(rng.randint(1, 4)))
+        lines.append(f"{rng.choice(speakers)}:\n{speech}\n\n")
+        total += len(lines[-1])
+    return "".join(lines).encode()
 
 
 def make_config(args):
@@ -154,12 +172,14 @@ def main(argv=None):
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    data = torch.frombuffer(bytearray(Path(args.data).read_bytes()), dtype=torch.uint8).long()
+    text = Path(args.data).read_bytes() if args.data else generated_text()
+    source = Path(args.data).name if args.data else "a generated text"
+    data = torch.frombuffer(bytearray(text), dtype=torch.uint8).long()
     cut = int(0.9 * len(data))
     train, valid = data[:cut], data[cut:]
     print(f"{args.arch}, transformers {transformers.__version__}: {args.layers} layers, hidden {args.hidden}, "
           f"{args.experts} experts, top-{args.k}; {args.steps} steps of {args.batch} x {args.seq} bytes "
-          f"from {Path(args.data).name} ({len(train)} train / {len(valid)} validation bytes), seed {args.seed}")
+          f"from {source} ({len(train)} train / {len(valid)} validation bytes), seed {args.seed}")
     results = [run(name, args, train, valid) for name in args.routers]
     calls = args.layers * args.steps
     rows = [("router", "train bits/byte", "val bits/byte", "load max/mean train", "load max/mean val",

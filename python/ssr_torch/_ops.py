@@ -2,6 +2,8 @@
 with keyword arguments. Their autograd is C++ (csrc/autograd.cpp)."""
 import torch
 
+from . import _build
+
 
 def _weights_dtype(logits):
     # Weights are computed and returned in float32 for half and bfloat16 logits.
@@ -26,15 +28,23 @@ def _route_backward_fake(grad_weights, experts, weights, n, passes_gradient, inf
 def route(logits, policy="selective", k=2, cost="linear", xi=0.5, tol=1e-4, max_iters=100, weights="plan", p=1e-3,
           noise_alpha=0.0, noise_sigma=1.0, seed=0, step=0, layer=0, training=True, first_row=0, group=None,
           score="softmax", n_groups=1, topk_groups=1, expert_bias=None):
-    """Routes logits (m x n): returns experts (m x k, int32), weights (m x k), load (n, int32) and info
-    [took Sinkhorn, weights pass gradient, iterations, marginal error] (float64). See ssr-route's options.
+    """Routes logits (m x n: float32 or float64; on CUDA also float16 and bfloat16) with the router policy
+    ("softmax", "sinkhorn", "ssr" or "selective"). Returns experts (m x k, int32), weights (m x k, the
+    logits' dtype, float32 for float16 and bfloat16; each row sums to 1), load (n, int32: tokens per expert)
+    and info [took Sinkhorn, weights pass gradient, iterations, marginal error] (4, float64), all on the
+    logits' device. See ssr-route's options; training=False routes by softmax top-k.
 
     With group (a torch.distributed process group), the Sinkhorn path balances the plan over the tokens of
     every rank of the group, whose rows start at global row first_row; every rank makes the call.
 
     score ("softmax" or "sigmoid"), n_groups and topk_groups (group-limited top-k) and expert_bias (n float32
     values on the logits' device, added to the scores when the softmax path selects) are the selection
-    rules of docs/routers.md."""
+    rules of docs/routers.md.
+
+    Raises RuntimeError for an invalid option or logits the operator does not take (not 2-d, another dtype,
+    fewer than k experts), and for CUDA logits when this build has no CUDA kernels (ssr_torch.backends())."""
+    if logits.device.type == "cuda" and "cuda" in _build.MISSING:
+        raise RuntimeError(f"ssr_torch: {_build.MISSING['cuda']}")
     return torch.ops.ssr.route(logits, policy, k, cost, xi, tol, max_iters, weights, p, noise_alpha, noise_sigma, seed,
                                step, layer, training, first_row, group_name(group), score, n_groups, topk_groups,
                                expert_bias)

@@ -26,7 +26,8 @@ class SsrGate:
     """Mixin put in front of a supported gate class: the same module and parameters, routed by `self.ssr`.
 
     Being a subclass of the original gate keeps the model's `router_logits` capture (transformers hooks
-    gates by isinstance) and the parameter names; the Router holds no parameters or buffers.
+    gates by isinstance) and the parameter names; the Router holds no parameters, and puts its step in the
+    state_dict only when asked to (replace_routers' persistent=True).
     """
 
     def forward(self, hidden_states):
@@ -111,6 +112,11 @@ def replace_routers(model, router="ssr", **router_options):
     With gradient checkpointing, the forward that backward runs again routes with the step it recomputes
     (the same experts; the step is counted once). Calling replace_routers again replaces the Routers.
 
+    The model's state_dict keeps its keys: the Routers are made with persistent=False. With
+    persistent=True each Router's seed, layer and step are saved too (`...gate.ssr._extra_state`), so that
+    a training run resumed with load_state_dict draws the same random numbers; the original model then
+    reports these keys as unexpected.
+
     Returns the Routers in layer order; each one's `load` (tokens per expert) and `info` describe its last
     call. Raises, before changing anything, TypeError when a block has a gate of another kind or the model
     has no MoE block, and the Router's ValueError for a bad option.
@@ -126,7 +132,8 @@ def replace_routers(model, router="ssr", **router_options):
                  else "no MoE block (a module with an `experts` child)")
         raise TypeError(f"replace_routers: {type(model).__name__} has {found}; supported are the blocks of "
                         f"transformers >= 5 whose gate is one of {', '.join(SUPPORTED_GATES)}")
-    routers = [Router(router, layer=_layer_index(name, position), **{"k": block.gate.top_k, **router_options})
+    routers = [Router(router, layer=_layer_index(name, position),
+                      **{"k": block.gate.top_k, "persistent": False, **router_options})
                for position, (name, block) in enumerate(blocks)]
     for (_, block), r in zip(blocks, routers):
         gate = block.gate

@@ -7,9 +7,18 @@ _SCORES = ("softmax", "sigmoid")
 
 
 def normalised_scores(logits, score="softmax"):
-    """s(S) / sum_j s(S_j) per row: the softmax, or the sigmoids divided by their sum."""
+    """The normalised scores of gating logits: s(S_ij) / sum_j s(S_ij) per row, the softmax for score
+    "softmax" and the sigmoids divided by their sum for "sigmoid" (DeepSeek-V3's selection score).
+
+    logits: m x n of a floating dtype, on any device (with more dimensions, normalised along dim 1).
+    Returns a tensor of the same shape, dtype and device whose rows sum to 1, differentiable with respect
+    to the logits. Raises ValueError for another score, logits of fewer than 2 dimensions or of an integer
+    or complex dtype."""
     if score not in _SCORES:
         raise ValueError(f"ssr_torch: invalid score = {score!r}: must be softmax or sigmoid")
+    if logits.dim() < 2 or not logits.is_floating_point():
+        raise ValueError(f"ssr_torch: logits must be m x n of a floating dtype, got {tuple(logits.shape)} "
+                         f"{logits.dtype}")
     if score == "softmax":
         return torch.softmax(logits, dim=1)
     s = torch.sigmoid(logits)
@@ -18,7 +27,11 @@ def normalised_scores(logits, score="softmax"):
 
 def load_balancing_loss(logits, experts, score="softmax"):
     """Switch/GShard: n * sum_j f_j P_j, f_j the share of the m * k assignments sent to expert j (a constant)
-    and P_j the mean normalised score of expert j (the router softmax for softmax scores)."""
+    and P_j the mean normalised score of expert j (the router softmax for softmax scores).
+
+    logits: m x n floating; experts: m x k integer indices in [0, n) (a Router's or top-k's). Returns a
+    0-d tensor of the logits' dtype and device, 1 for uniform scores and assignments, differentiable with
+    respect to the logits. Raises ValueError for an unknown score."""
     m, n = logits.shape
     f = torch.bincount(experts.reshape(-1).long(), minlength=n).to(logits.dtype) / experts.numel()
     return n * (f * normalised_scores(logits, score).mean(0)).sum()
@@ -27,7 +40,12 @@ def load_balancing_loss(logits, experts, score="softmax"):
 def global_load_balancing_loss(logits, counts, tokens, k, score="softmax", group=None):
     """The global-batch load-balancing loss: n * sum_j f_j P_j with f_j = counts_j / (k * tokens) from the
     assignments of the whole batch (the caller's counts over micro-batches, summed here over the ranks of
-    group when given) and P_j the mean normalised score of these logits' tokens."""
+    group when given) and P_j the mean normalised score of these logits' tokens.
+
+    logits: m x n floating; counts: n assignment counts (any integer dtype, e.g. the sum of Router.load
+    over micro-batches); tokens: the tokens they count (an int). Returns a 0-d tensor of the logits' dtype
+    and device, differentiable with respect to the logits. Raises ValueError when counts has not n entries
+    or the score is unknown; with group, every rank of it must call."""
     m, n = logits.shape
     totals = torch.cat([counts.reshape(-1).to(torch.int64),
                         torch.as_tensor([tokens], dtype=torch.int64, device=counts.device)])
@@ -42,7 +60,11 @@ def global_load_balancing_loss(logits, counts, tokens, k, score="softmax", group
 def sequence_balance_loss(logits, experts, seq_len, alpha, score="softmax"):
     """DeepSeek-V3's sequence-wise balance loss, averaged over the sequences of seq_len consecutive rows:
     alpha * sum_j f_j P_j per sequence, f_j = n / (k * seq_len) * the sequence's assignments to expert j and
-    P_j the sequence's mean normalised score."""
+    P_j the sequence's mean normalised score.
+
+    logits: m x n floating, m a multiple of seq_len; experts: m x k integer indices in [0, n). Returns a
+    0-d tensor of the logits' dtype and device, differentiable with respect to the logits. Raises
+    ValueError when seq_len does not divide m or the score is unknown."""
     m, n = logits.shape
     k = experts.shape[1]
     if seq_len < 1 or m % seq_len:
@@ -56,7 +78,10 @@ def sequence_balance_loss(logits, experts, seq_len, alpha, score="softmax"):
 
 
 def z_loss(logits):
-    """ST-MoE router z-loss: mean_i (logsumexp_j S_ij)^2."""
+    """ST-MoE router z-loss: mean_i (logsumexp_j S_ij)^2.
+
+    logits: m x n floating. Returns a 0-d tensor of the logits' dtype and device, differentiable with
+    respect to them."""
     return torch.logsumexp(logits, dim=1).square().mean()
 
 
@@ -64,7 +89,11 @@ def z_loss(logits):
 def update_expert_bias(bias, load, rate, group=None):
     """Auxiliary-loss-free balancing (DeepSeek-V3): bias_j += rate * sign(mean load - load_j), in place, from
     this step's loads (summed over micro-batches by the caller, over the ranks of group here), in exact
-    integer arithmetic: every rank makes the same update. Nothing waits for the host."""
+    integer arithmetic: every rank makes the same update. Nothing waits for the host.
+
+    bias: n floating values (a Router's float32 `expert_bias`), updated in place; load: n integer counts
+    (Router.load), on any device. Returns bias. Raises ValueError for rate < 0 or when load and bias
+    differ in size; with group, every rank of it must call."""
     if rate < 0:
         raise ValueError(f"ssr_torch.update_expert_bias: invalid rate = {rate}: must be >= 0")
     if load.numel() != bias.numel():

@@ -10,11 +10,13 @@ from .losses import _SCORES, update_expert_bias
 ROUTERS = ("softmax", "sinkhorn", "ssr")
 _COSTS = ("linear", "softmax")
 _WEIGHTS = ("plan", "scores")
+# The state_dict key of a module's extra state (torch.nn.Module.get_extra_state).
+_EXTRA_STATE = "_extra_state"
 
 
 class Router(torch.nn.Module):
-    """Routes m x n gating logits to k experts per token: forward(logits) -> (experts, weights), experts
-    int64 (torch's index type) and weights of the logits' floating type.
+    """Routes m x n gating logits to k experts per token: forward(logits) returns (experts, weights),
+    experts int64 (torch's index type) and weights of the logits' floating type.
 
     Options and defaults are ssr-route's (the paper's): router "ssr" with p = 1e-3, k = 2, linear cost,
     xi = 0.5, tol = 1e-4, max_iters = 100, plan weights (the Sinkhorn path passes no gradient to the
@@ -22,6 +24,11 @@ class Router(torch.nn.Module):
     numbers from (seed, layer, step): `step` counts the training calls unless forward is given one.
     After a call, `load` holds the tokens per expert and `info` [took Sinkhorn, weights pass gradient,
     iterations, marginal error].
+
+    state_dict() holds seed, layer and step (an int64 tensor [seed, layer, step] under "_extra_state"), so
+    that a run resumed from a checkpoint draws the same random numbers as the uninterrupted one;
+    load_state_dict restores them. A state_dict without them (saved by an earlier version) loads, strictly
+    too, and keeps the Router's own. With persistent=False, state_dict() leaves them out.
 
     With group (a torch.distributed process group: Gloo for CPU tensors, NCCL for CUDA tensors), the Sinkhorn path balances the
     plan over the tokens of every rank of the group: every rank calls forward with the same options and
@@ -38,7 +45,7 @@ class Router(torch.nn.Module):
 
     def __init__(self, router="ssr", k=2, cost="linear", xi=0.5, tol=1e-4, max_iters=100, weights="plan", p=1e-3,
                  noise_alpha=0.0, noise_sigma=1.0, seed=0, layer=0, group=None, score="softmax", n_groups=1,
-                 topk_groups=1, n_experts=None, expert_bias=False, bias_update_rate=0.0):
+                 topk_groups=1, n_experts=None, expert_bias=False, bias_update_rate=0.0, persistent=True):
         super().__init__()
         _choose("router", router, ROUTERS + ("selective",))
         _choose("cost", cost, _COSTS)
@@ -68,6 +75,7 @@ class Router(torch.nn.Module):
         self.seed, self.layer = int(seed), int(layer)
         self.score, self.n_groups, self.topk_groups = score, int(n_groups), int(topk_groups)
         self.bias_update_rate = float(bias_update_rate)
+        self.persistent = bool(persistent)
         if expert_bias:
             self.register_buffer("expert_bias", torch.zeros(int(n_experts), dtype=torch.float32))
         else:
@@ -79,6 +87,15 @@ class Router(torch.nn.Module):
         self.info = None
 
     def forward(self, logits, step=None, first_row=None):
+        """Routes logits (m x n: float32 or float64; on CUDA also float16 and bfloat16) to k experts per
+        token. Returns experts (m x k, int64) and weights (m x k, the logits' dtype, float32 for float16 and
+        bfloat16), on the logits' device; each token's weights sum to 1.
+
+        step (an int >= 0) is this call's step instead of the counter, which it leaves as it is; first_row
+        is the global row of this rank's first token when balancing over a group. Sets `load` (n, int32) and
+        `info` (4, float64). Raises RuntimeError for logits the operator does not take (not 2-d, another
+        dtype, a device without kernels, fewer than k experts).
+        """
         call_step = self.step if step is None else step
         row = self.group_rank * logits.shape[0] if first_row is None else first_row
         experts, weights, load, info = route(logits, self.router, self.k, self.cost, self.xi, self.tol, self.max_iters,
@@ -91,6 +108,31 @@ class Router(torch.nn.Module):
             self.step += 1
         self.load, self.info = load, info
         return experts.long(), weights  # int64, as torch's topk, gather, scatter and one_hot take indices
+
+    def get_extra_state(self):
+        # What a resumed run needs to draw the same random numbers; a tensor, so that safetensors and
+        # torch.load(weights_only=True) take it.
+        return torch.tensor([self.seed, self.layer, self.step], dtype=torch.int64)
+
+    def set_extra_state(self, state):
+        values = torch.as_tensor(state).reshape(-1).tolist()
+        if len(values) != 3 or not all(0 <= v < 2 ** 32 for v in values[:2]) or values[2] < 0:
+            raise ValueError(f"ssr_torch.Router: invalid saved state {values}: expected [seed, layer, step], "
+                             "seed and layer in [0, 2^32), step >= 0")
+        self.seed, self.layer, self.step = (int(v) for v in values)
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        if not self.persistent:
+            destination.pop(prefix + _EXTRA_STATE, None)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+        # A state_dict without seed, layer and step keeps the Router's own, strict or not.
+        if prefix + _EXTRA_STATE not in state_dict and prefix + _EXTRA_STATE in missing_keys:
+            missing_keys.remove(prefix + _EXTRA_STATE)
 
     def extra_repr(self):
         return (f"router={self.router!r}, k={self.k}, cost={self.cost!r}, xi={self.xi}, weights={self.weights!r}, "

@@ -171,6 +171,26 @@ def test_a_few_training_steps_with_ssr():
     assert losses[-1] < losses[0]
 
 
+def test_persistent_routers_resume_their_steps_from_the_state_dict():
+    model = tiny_model()
+    keys = list(model.state_dict())
+    replace_routers(model, "ssr", p=0.5, seed=3, persistent=True)
+    model.train()
+    for _ in range(3):
+        model(tokens())
+    state = model.state_dict()
+    saved = [key for key in state if key not in keys]
+    assert saved == [f"model.layers.{i}.mlp.gate.ssr._extra_state" for i in range(LAYERS)]
+    assert [state[key].tolist() for key in saved] == [[3, i, 3] for i in range(LAYERS)]
+    resumed = tiny_model()
+    routers = replace_routers(resumed, "ssr", p=0.5, seed=3, persistent=True)
+    resumed.load_state_dict(state)
+    assert [r.step for r in routers] == [3] * LAYERS
+    with pytest.raises(RuntimeError, match="Unexpected key"):
+        tiny_model().load_state_dict(state)
+    tiny_model().load_state_dict(state, strict=False)
+
+
 def test_gradient_checkpointing_recomputes_the_same_routing():
     """The forward that backward runs again routes with the step it recomputes: same gradients as without
     checkpointing, and one step counted."""
@@ -260,3 +280,13 @@ def test_the_example_runs_and_its_loss_falls(tmp_path):
         assert last < first - 1.0
     calls = int(re.search(r"(\d+) / 40 \|", rows["ssr"]).group(1))
     assert 0 < calls < 40  # p = 0.2 over 2 layers x 20 steps
+
+
+def test_the_example_runs_on_its_generated_text_from_anywhere(tmp_path):
+    example = PYTHON_DIR / "examples" / "hf_moe_tinyshakespeare.py"
+    result = subprocess.run([sys.executable, str(example), "--steps", "10", "--routers", "ssr", "--batch", "4",
+                             "--seq", "32", "--hidden", "32", "--val-batches", "1"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="2"))
+    assert result.returncode == 0, result.stderr
+    assert "from a generated text" in result.stdout
+    assert re.search(r"^\| ssr \(p 0\.05\) +\| +\d+\.\d+ -> \d+\.\d+ \|", result.stdout, re.M), result.stdout

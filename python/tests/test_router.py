@@ -33,6 +33,64 @@ def test_training_counts_steps_and_evaluation_routes_by_softmax():
     assert router.step == 2
 
 
+def test_state_dict_resumes_the_random_stream(tmp_path):
+    batches = [make_logits(64, 8, seed, dtype=torch.float32) for seed in range(16)]
+
+    def make(**options):
+        return ssr_torch.Router("ssr", k=2, p=0.5, n_experts=8, expert_bias=True,
+                                bias_update_rate=1e-2, **options)
+
+    uninterrupted = make(seed=5, layer=3)
+    for x in batches[:6]:
+        uninterrupted(x)
+    torch.save(uninterrupted.state_dict(), tmp_path / "router.pt")
+    resumed = make()  # the checkpoint brings seed and layer as well as the step
+    resumed.load_state_dict(torch.load(tmp_path / "router.pt", weights_only=True))
+    assert (resumed.seed, resumed.layer, resumed.step) == (5, 3, 6)
+    started_over = make(seed=5, layer=3)
+    started_over.load_state_dict({"expert_bias": uninterrupted.expert_bias.clone()})  # all but the step
+    paths, other_paths = [], []
+    for x in batches[6:]:
+        experts, weights = uninterrupted(x)
+        experts_resumed, weights_resumed = resumed(x)
+        assert torch.equal(resumed.info, uninterrupted.info)  # the same path, iterations and error
+        assert torch.equal(experts_resumed, experts) and torch.equal(weights_resumed, weights)
+        started_over(x)
+        paths.append(resumed.info[0].item())
+        other_paths.append(started_over.info[0].item())
+    assert 0 < sum(paths) < len(paths)  # both paths were taken
+    assert paths != other_paths  # without the step, the coins differ
+    assert resumed.step == uninterrupted.step == 16
+
+
+def test_step_stays_an_int_and_the_state_dict_follows_it():
+    router = ssr_torch.Router("sinkhorn", seed=9, layer=1)
+    router.step = 41
+    router(make_logits(16, 4, 0))
+    assert type(router.step) is int and router.step == 42
+    assert router.state_dict()["_extra_state"].tolist() == [9, 1, 42]
+    assert list(ssr_torch.Router(persistent=False).state_dict()) == []
+    with pytest.raises(ValueError, match="saved state"):
+        router.load_state_dict({"_extra_state": torch.tensor([1, 2])})
+    with pytest.raises(ValueError, match="saved state"):
+        router.load_state_dict({"_extra_state": torch.tensor([2 ** 32, 0, 0])})
+
+
+def test_a_state_dict_without_the_step_still_loads_strictly():
+    router = ssr_torch.Router("ssr", n_experts=4, expert_bias=True, seed=2)
+    router.step = 7
+    old = {"expert_bias": torch.full((4,), 0.5)}  # a Router's state_dict before it held the step
+    router.load_state_dict(old)
+    assert (router.seed, router.step) == (2, 7) and torch.equal(router.expert_bias, old["expert_bias"])
+    model = torch.nn.ModuleDict({"gate": torch.nn.Linear(4, 8), "router": ssr_torch.Router(seed=1)})
+    old = {key: value for key, value in model.state_dict().items() if not key.endswith("_extra_state")}
+    assert list(old) == ["gate.weight", "gate.bias"]
+    model.load_state_dict(old)
+    assert model["router"].seed == 1
+    with pytest.raises(RuntimeError, match="Unexpected key"):  # strict loading still reports other keys
+        model.load_state_dict({**old, "router.expert_bias": torch.zeros(8)})
+
+
 def test_selective_router_takes_sinkhorn_with_frequency_p():
     s = make_logits(32, 4, 3)
     router = ssr_torch.Router("ssr", k=1, p=0.25)
@@ -90,6 +148,30 @@ def test_losses_match_their_formulas_and_are_differentiable():
     # Uniform logits: the load-balancing loss is exactly 1.
     u = torch.zeros(4, 2, dtype=torch.float64)
     assert ssr_torch.load_balancing_loss(u, torch.tensor([[0], [1], [0], [1]])).item() == pytest.approx(1.0)
+
+
+def test_normalised_scores_keep_shape_and_dtype_and_reject_what_they_cannot_normalise():
+    s = make_logits(6, 4, 5, dtype=torch.float32)
+    for score in ("softmax", "sigmoid"):
+        p = ssr_torch.normalised_scores(s, score)
+        assert p.shape == s.shape and p.dtype == torch.float32
+        torch.testing.assert_close(p.sum(1), torch.ones(6))
+    torch.testing.assert_close(ssr_torch.normalised_scores(s), torch.softmax(s, 1))
+    with pytest.raises(ValueError, match="invalid score = 'relu'"):
+        ssr_torch.normalised_scores(s, "relu")
+    for bad in (torch.zeros(4), torch.zeros(2, 3, dtype=torch.int64)):
+        for score in ("softmax", "sigmoid"):
+            with pytest.raises(ValueError, match="logits must be m x n of a floating dtype"):
+                ssr_torch.normalised_scores(bad, score)
+
+
+def test_every_public_function_says_what_it_returns():
+    import ssr_torch.hf
+
+    public = [getattr(ssr_torch, name) for name in ssr_torch.__all__ if callable(getattr(ssr_torch, name))]
+    public += [ssr_torch.Router.forward, ssr_torch.hf.replace_routers, ssr_torch.hf.restore_routers]
+    for function in public:
+        assert function.__doc__ and "return" in function.__doc__.lower(), function.__name__
 
 
 def test_version_is_the_libraries():
