@@ -7,10 +7,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=$(realpath "${1:-build}")
 python=${SSR_DOCS_PYTHON:-.venv/bin/python}
-command -v doxygen >/dev/null || { echo "docs.sh: doxygen is missing: bash scripts/install-deps.sh --docs" >&2; exit 1; }
+doxygen=${SSR_DOXYGEN:-doxygen}
+command -v "$doxygen" >/dev/null || { echo "docs.sh: doxygen is missing: bash scripts/install-deps.sh --docs" >&2; exit 1; }
 for tool in ssr-route ssr-smoe-demo; do
   if [ ! -x "$build/examples/$tool" ]; then
-    [ -f "$build/CMakeCache.txt" ] || cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSSR_BUILD_TESTS=OFF -DSSR_BUILD_BENCHMARKS=OFF
+    [ -f "$build/CMakeCache.txt" ] ||
+      cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSSR_BUILD_TESTS=OFF -DSSR_BUILD_BENCHMARKS=OFF
     cmake --build "$build" --target ssr-route ssr-smoe-demo
   fi
 done
@@ -18,5 +20,5 @@ done
 if ! "$python" -c "import material, mkdocstrings_handlers.python" 2>/dev/null; then
   "$python" -m pip install --quiet --disable-pip-version-check -r docs/requirements.txt
 fi
-NO_MKDOCS_2_WARNING=1 SSR_DOCS_BUILD="$build" "$python" -m mkdocs build --strict --clean
+NO_MKDOCS_2_WARNING=1 SSR_DOCS_BUILD="$build" SSR_DOXYGEN="$doxygen" "$python" -m mkdocs build --strict --clean
 echo "docs.sh: site/index.html"

@@ -3,7 +3,7 @@
 # --python adds Python's venv and headers, for the PyTorch package (scripts/python-env.sh installs torch
 # from PyPI into .venv); --lint adds clang-format and clang-tidy (-DSSR_LINT=ON); --mpi adds Open MPI
 # (-DSSR_ENABLE_MPI=ON); --fuzz adds clang, its sanitizer runtimes and LLVM's OpenMP (the fuzz and tsan
-# presets); --docs adds Doxygen (scripts/docs.sh).
+# presets); --docs adds Doxygen and Python's venv (scripts/docs.sh).
 set -euo pipefail
 packages=(cmake ninja-build g++ libeigen3-dev xtensor-dev catch2 librandom123-dev libbenchmark-dev)
 for option in "$@"; do
@@ -12,7 +12,7 @@ for option in "$@"; do
     --lint) packages+=(clang-format clang-tidy) ;;
     --mpi) packages+=(libopenmpi-dev openmpi-bin) ;;
     --fuzz) packages+=(clang libclang-rt-14-dev libomp-14-dev) ;;
-    --docs) packages+=(doxygen) ;;
+    --docs) packages+=(doxygen python3-venv) ;;
     *) echo "install-deps.sh: unknown option $option" >&2; exit 2 ;;
   esac
 done

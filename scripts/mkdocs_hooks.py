@@ -55,14 +55,19 @@ WARN_AS_ERROR = FAIL_ON_WARNINGS
 
 def run_doxygen(out):
     config = DOXYGEN_CONFIG.format(root=ROOT, out=out, python=sys.executable)
-    result = subprocess.run(["doxygen", "-"], input=config, text=True, capture_output=True, cwd=ROOT)
+    result = subprocess.run([os.environ.get("SSR_DOXYGEN", "doxygen"), "-"], input=config, text=True, capture_output=True, cwd=ROOT)
     if result.returncode != 0 or result.stderr.strip():
         raise PluginError("Doxygen failed on the C++ headers:\n" + result.stderr)
     return os.path.join(out, "html")
 
 
+# Doxygen's output lives until the site is written (on_post_build removes it).
+OUTPUT = {}
+
+
 def on_files(files, config):
-    html = run_doxygen(tempfile.mkdtemp(prefix="ssr-doxygen-"))
+    OUTPUT["doxygen"] = tempfile.TemporaryDirectory(prefix="ssr-doxygen-")
+    html = run_doxygen(OUTPUT["doxygen"].name)
     for directory, _, names in os.walk(html):
         for name in names:
             path = os.path.join(directory, name)
@@ -78,8 +83,15 @@ def program_help(name):
         raise PluginError(f"{program} is not built: build it (cmake --build {build} --target {name}) or set "
                           "SSR_DOCS_BUILD to a build directory that has it")
     result = subprocess.run([program, "--help"], text=True, capture_output=True)
-    return (result.stdout or result.stderr).rstrip()
+    if result.returncode != 0:
+        raise PluginError(f"{program} --help failed (exit {result.returncode}):\n{result.stderr}")
+    return result.stdout.rstrip()
 
 
 def on_page_markdown(markdown, page, config, files):
     return HELP_MARKER.sub(lambda m: "```text\n" + program_help(m.group(1)) + "\n```", markdown)
+
+
+def on_post_build(config):
+    if "doxygen" in OUTPUT:
+        OUTPUT.pop("doxygen").cleanup()

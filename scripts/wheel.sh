@@ -29,7 +29,7 @@ repaired=$(ls -t "$out"/ssr_torch-*.whl | head -n 1)
 echo "wheel.sh: $repaired"
 
 # A fresh environment with only the same torch (from pip's cache after scripts/python-env.sh).
-python3 -m venv "$work/venv"
+.venv/bin/python -m venv "$work/venv"  # the wheel's Python
 "$work/venv/bin/pip" install --quiet "torch==$torch_version"
 "$work/venv/bin/pip" install --quiet --no-deps "$repaired"
 cd "$work"

@@ -12,8 +12,7 @@ def _naming_cmake(hook):
         try:
             return hook(*args, **kwargs)
         except CMakeNotFoundError as err:
-            sys.exit(f"ssr-torch needs CMake >= 3.21: {err} (Debian/Ubuntu: cmake; or pip install cmake, or build "
-                     "without --no-build-isolation, which installs it)")
+            sys.exit(f"ssr-torch needs CMake >= 3.21: {err} (Debian/Ubuntu: cmake; or pip install cmake)")
 
     run.__name__ = run.__qualname__ = hook.__name__
     run.__doc__ = hook.__doc__

@@ -112,7 +112,8 @@ def replace_routers(model, router="ssr", **router_options):
     With gradient checkpointing, the forward that backward runs again routes with the step it recomputes
     (the same experts; the step is counted once). Calling replace_routers again replaces the Routers.
 
-    The model's state_dict keeps its keys: the Routers are made with persistent=False. With
+    The model's state_dict keeps its keys (unless router_options add a buffer, e.g. expert_bias=True): the
+    Routers are made with persistent=False. With
     persistent=True each Router's seed, layer and step are saved too (`...gate.ssr._extra_state`), so that
     a training run resumed with load_state_dict draws the same random numbers; the original model then
     reports these keys as unexpected.

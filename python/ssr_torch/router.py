@@ -1,4 +1,6 @@
 """ssr_torch.Router: an nn.Module that routes gating logits with any of the library's routers by name."""
+import warnings
+
 import torch
 import torch.distributed as dist
 
@@ -130,9 +132,14 @@ class Router(torch.nn.Module):
                               error_msgs):
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
-        # A state_dict without seed, layer and step keeps the Router's own, strict or not.
-        if prefix + _EXTRA_STATE not in state_dict and prefix + _EXTRA_STATE in missing_keys:
-            missing_keys.remove(prefix + _EXTRA_STATE)
+        # A state_dict without seed, layer and step keeps the Router's own, strict or not; a persistent
+        # Router says so, since a resumed run would then repeat the draws of the steps already taken.
+        if prefix + _EXTRA_STATE not in state_dict:
+            if prefix + _EXTRA_STATE in missing_keys:
+                missing_keys.remove(prefix + _EXTRA_STATE)
+            if self.persistent:
+                warnings.warn(f"ssr_torch.Router {prefix.rstrip('.') or '(root)'}: the state_dict holds no seed, "
+                              f"layer and step; the Router keeps its own (step {self.step})", stacklevel=3)
 
     def extra_repr(self):
         return (f"router={self.router!r}, k={self.k}, cost={self.cost!r}, xi={self.xi}, weights={self.weights!r}, "

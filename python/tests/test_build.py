@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(shutil.which("cmake") is None or not (ROOT / "py
 
 def configure(build, *options, env=None):
     """Configures the project as pip install does (pyproject.toml's cmake.define): (exit status, output)."""
-    result = subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build), "-DSSR_BUILD_PYTHON=ON", "-DSSR_BUILD_TESTS=OFF",
+    result = subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build), "-G", "Ninja", "-DSSR_BUILD_PYTHON=ON", "-DSSR_BUILD_TESTS=OFF",
                              "-DSSR_BUILD_EXAMPLES=OFF", "-DSSR_BUILD_BENCHMARKS=OFF", "-DSSR_INSTALL=OFF",
                              "-DSSR_ENABLE_XTENSOR=OFF", f"-DPython_EXECUTABLE={sys.executable}", *options],
                             capture_output=True, text=True, timeout=120, env=dict(os.environ, **(env or {})))

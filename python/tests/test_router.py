@@ -1,5 +1,7 @@
 """ssr_torch.Router: the routers by name, training and evaluation, the step counter, torch.compile, and
 the balancing losses."""
+import warnings
+
 import pytest
 import torch
 
@@ -76,17 +78,23 @@ def test_step_stays_an_int_and_the_state_dict_follows_it():
         router.load_state_dict({"_extra_state": torch.tensor([2 ** 32, 0, 0])})
 
 
-def test_a_state_dict_without_the_step_still_loads_strictly():
+def test_a_state_dict_without_the_step_still_loads_strictly_and_says_so():
     router = ssr_torch.Router("ssr", n_experts=4, expert_bias=True, seed=2)
     router.step = 7
     old = {"expert_bias": torch.full((4,), 0.5)}  # a Router's state_dict before it held the step
-    router.load_state_dict(old)
+    with pytest.warns(UserWarning, match="holds no seed, layer and step; the Router keeps its own \\(step 7\\)"):
+        router.load_state_dict(old)
     assert (router.seed, router.step) == (2, 7) and torch.equal(router.expert_bias, old["expert_bias"])
     model = torch.nn.ModuleDict({"gate": torch.nn.Linear(4, 8), "router": ssr_torch.Router(seed=1)})
     old = {key: value for key, value in model.state_dict().items() if not key.endswith("_extra_state")}
     assert list(old) == ["gate.weight", "gate.bias"]
-    model.load_state_dict(old)
+    with pytest.warns(UserWarning, match="Router router: the state_dict holds no seed"):
+        model.load_state_dict(old)
     assert model["router"].seed == 1
+    quiet = ssr_torch.Router(persistent=False)  # a Router that saves no step expects none
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        quiet.load_state_dict({})
     with pytest.raises(RuntimeError, match="Unexpected key"):  # strict loading still reports other keys
         model.load_state_dict({**old, "router.expert_bias": torch.zeros(8)})
 
