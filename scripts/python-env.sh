@@ -9,6 +9,10 @@ cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 .venv/bin/pip install --quiet --disable-pip-version-check "torch>=2.4" scikit-build-core pytest ninja numpy transformers
+# The engines ssr_torch.megatron and ssr_torch.torchtitan are tested against, pinned, without their own
+# dependencies (which would replace PyPI's torch): only the small ones they import.
+.venv/bin/pip install --quiet --disable-pip-version-check --no-deps megatron-core==0.16.1 torchtitan==0.3.0 \
+  spmd-types==0.3.1 tyro==1.0.17 docstring-parser==0.18.0 typeguard==4.6.1
 # The wheel is kept in build-wheel/ for scripts/wheel.sh (auditwheel, and a try in a fresh environment).
 rm -rf build-wheel
 .venv/bin/pip wheel --quiet --disable-pip-version-check --no-build-isolation --no-deps -w build-wheel \

@@ -71,6 +71,10 @@ class Router(torch.nn.Module):
                                       ("bias_update_rate", bias_update_rate, bias_update_rate >= 0, "must be >= 0")):
             if not ok:
                 raise ValueError(f"ssr_torch.Router: invalid {name} = {value}: {rule}")
+        if topk_groups < n_groups and router != "softmax" and not (router in ("ssr", "selective") and p == 0):
+            raise ValueError(f"ssr_torch.Router: group-limited top-k (topk_groups = {topk_groups} < n_groups = "
+                             f"{n_groups}) needs router 'softmax' (or 'ssr' with p = 0): the Sinkhorn path selects "
+                             "by its plan")
         self.router, self.k, self.cost, self.weights = router, int(k), cost, weights
         self.xi, self.tol, self.max_iters, self.p = float(xi), float(tol), int(max_iters), float(p)
         self.noise_alpha, self.noise_sigma = float(noise_alpha), float(noise_sigma)
@@ -88,13 +92,15 @@ class Router(torch.nn.Module):
         self.load = None
         self.info = None
 
-    def forward(self, logits, step=None, first_row=None):
+    def forward(self, logits, step=None, first_row=None, expert_bias=None):
         """Routes logits (m x n: float32 or float64; on CUDA also float16 and bfloat16) to k experts per
         token. Returns experts (m x k, int64) and weights (m x k, the logits' dtype, float32 for float16 and
         bfloat16), on the logits' device; each token's weights sum to 1.
 
         step (an int >= 0) is this call's step instead of the counter, which it leaves as it is; first_row
-        is the global row of this rank's first token when balancing over a group. Sets `load` (n, int32) and
+        is the global row of this rank's first token when balancing over a group. expert_bias (n float32
+        values on the logits' device) is this call's bias instead of the Router's own buffer, for engines that
+        own and update it themselves. Sets `load` (n, int32) and
         `info` (4, float64). Raises RuntimeError for logits the operator does not take (not 2-d, another
         dtype, a device without kernels, fewer than k experts).
         """
@@ -103,7 +109,8 @@ class Router(torch.nn.Module):
         experts, weights, load, info = route(logits, self.router, self.k, self.cost, self.xi, self.tol, self.max_iters,
                                              self.weights, self.p, self.noise_alpha, self.noise_sigma, self.seed,
                                              call_step, self.layer, self.training, row, self.group, self.score,
-                                             self.n_groups, self.topk_groups, self.expert_bias)
+                                             self.n_groups, self.topk_groups,
+                                             self.expert_bias if expert_bias is None else expert_bias)
         if self.training and self.bias_update_rate > 0:
             update_expert_bias(self.expert_bias, load, self.bias_update_rate, self.group)
         if self.training and step is None:

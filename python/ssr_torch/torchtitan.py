@@ -1,0 +1,118 @@
+"""SSR routing for torchtitan's MoE layers.
+
+`replace_routers(model)` makes every torchtitan `TokenChoiceTopKRouter` of a model choose its experts and
+weights with an `ssr_torch.Router`. Its `forward(x, expert_bias=None)` still returns torchtitan's three
+outputs: the weights (ssr's, times `route_scale`), the experts (int64) and the full score tensor of
+`score_func`, so the MoE module, its token counts and its expert-bias update work unchanged.
+
+Supported: torchtitan 0.3 (tested 0.3.0); importing this module with another version raises ImportError.
+"""
+import collections
+import importlib.metadata
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+from .hf import _in_backward, _layer_index
+from .router import Router
+
+TESTED = "0.3.0"
+try:
+    _VERSION = importlib.metadata.version("torchtitan")
+except importlib.metadata.PackageNotFoundError:
+    raise ImportError(f"ssr_torch.torchtitan needs torchtitan 0.3 (pip install torchtitan=={TESTED})") from None
+if not _VERSION.startswith("0.3."):
+    raise ImportError(f"ssr_torch.torchtitan follows TokenChoiceTopKRouter of torchtitan 0.3 (tested {TESTED}); "
+                      f"this is torchtitan {_VERSION}")
+
+from torch.distributed.tensor import DTensor  # noqa: E402
+from torchtitan.models.common.moe import TokenChoiceTopKRouter  # noqa: E402
+
+
+class SsrTokenChoiceTopKRouter:
+    """Mixin put in front of a TokenChoiceTopKRouter class: the same gate and outputs, chosen by `self.ssr`."""
+
+    def forward(self, x, expert_bias=None):
+        if self._debug_force_load_balance:
+            return super().forward(x, expert_bias)
+        with torch.autocast(device_type=x.device.type, dtype=torch.float32):
+            logits = self.gate(x)
+        if isinstance(logits, DTensor) or isinstance(expert_bias, DTensor):
+            raise NotImplementedError("ssr_torch.torchtitan: tensor-parallel router inputs (DTensor) are not "
+                                      "supported yet")
+        batch, length, n = logits.shape
+        flat = logits.reshape(batch * length, n)
+        flat = flat if flat.dtype in (torch.float32, torch.float64) else flat.float()
+        ssr = self.ssr
+        step = None
+        if ssr.training:
+            if _in_backward():  # activation-checkpoint recompute: the step of the forward it repeats
+                step = self._ssr_steps.popleft() if self._ssr_steps else ssr.step - 1
+            elif self._ssr_recomputed:  # a checkpointed forward: remember its step for the recompute
+                self._ssr_steps.append(ssr.step)
+        experts, weights = ssr(flat, step=step, expert_bias=expert_bias)
+        scores = torch.sigmoid(logits) if self.score_func == "sigmoid" else F.softmax(logits, dim=-1)
+        return (weights * self.route_scale).view(batch, length, -1), experts.view(batch, length, -1), scores
+
+
+_ssr_classes = {}
+
+
+def _ssr_class(cls):
+    if cls not in _ssr_classes:
+        _ssr_classes[cls] = type("Ssr" + cls.__name__, (SsrTokenChoiceTopKRouter, cls),
+                                 {"__module__": __name__, "_original_class": cls})
+    return _ssr_classes[cls]
+
+
+def replace_routers(model, router="ssr", group=None, recomputed=False, **router_options):
+    """Routes every torchtitan `TokenChoiceTopKRouter` in `model` (a router itself, or a model holding them)
+    with an `ssr_torch.Router`; returns the Routers in model order.
+
+    From the router: k (`top_k`), the score function (`score_func`) and the groups (`num_expert_groups`,
+    `num_limited_groups`); the MoE module's expert bias comes with each call. `layer` is the index of the
+    module's layer in its name (`layers.3.moe.router` -> 3). `router_options` are the Router's (p, cost, xi,
+    weights, noise, seed); `group` is the process group the Sinkhorn path balances over (None: this rank's
+    tokens). `recomputed=True` when activation checkpointing wraps the MoE layers (its recompute then draws
+    what the first forward drew). The Routers hold no parameters and are not saved (persistent=False), so
+    the model's state_dict keeps its keys.
+
+    ssr's weights sum to 1 over the chosen experts, as torchtitan's with `route_norm=True`; a router with
+    `route_norm=False` weights its experts by their raw scores, so its outputs change (a warning says so).
+    Raises, before changing anything, TypeError when `model` holds no TokenChoiceTopKRouter, and the
+    Router's ValueError for a bad option or combination (e.g. group-limited routing on the Sinkhorn path).
+    """
+    if "layer" in router_options or "k" in router_options:
+        raise TypeError("replace_routers: k and layer come from each router; do not pass them")
+    found = [(name, module) for name, module in model.named_modules() if isinstance(module, TokenChoiceTopKRouter)]
+    if not found:
+        raise TypeError(f"replace_routers: {type(model).__name__} holds no torchtitan TokenChoiceTopKRouter")
+    routers = []
+    for position, (name, module) in enumerate(found):
+        n_groups = module.num_expert_groups or 1
+        routers.append(Router(router, k=module.top_k, score=module.score_func, n_groups=n_groups,
+                              topk_groups=module.num_limited_groups or n_groups,
+                              layer=_layer_index(name, position), group=group,
+                              **{"persistent": False, **router_options}))
+    if any(not module.route_norm for _, module in found):
+        warnings.warn("ssr_torch.torchtitan: ssr's weights sum to 1 over the chosen experts (route_norm=True); "
+                      "routers with route_norm=False weighted them by their raw scores", stacklevel=2)
+    for (_, module), r in zip(found, routers):
+        if not isinstance(module, SsrTokenChoiceTopKRouter):
+            module.__class__ = _ssr_class(type(module))
+        module.ssr = r.train(module.training)
+        module._ssr_steps = collections.deque()
+        module._ssr_recomputed = bool(recomputed)
+    return routers
+
+
+def restore_routers(model):
+    """Undoes replace_routers: the routers choose by torchtitan's own rule again. Returns how many."""
+    count = 0
+    for module in model.modules():
+        if isinstance(module, SsrTokenChoiceTopKRouter):
+            del module.ssr, module._ssr_steps, module._ssr_recomputed
+            module.__class__ = module._original_class
+            count += 1
+    return count

@@ -1,0 +1,140 @@
+"""ssr_torch.torchtitan on the CPU: a replaced TokenChoiceTopKRouter routes as torchtitan in evaluation and as
+ssr's Router in training, keeps torchtitan's outputs and keys, trains a tiny MoE, and restores the engine's routing."""
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+pytest.importorskip("torchtitan", reason="torchtitan is not installed")
+from torchtitan.models.common.config_utils import make_moe_config, make_router_config  # noqa: E402
+from torchtitan.models.common.moe import GroupedExperts, RoutedExperts, TokenChoiceTopKRouter  # noqa: E402
+from torchtitan.models.common.token_dispatcher import LocalTokenDispatcher  # noqa: E402
+
+import ssr_torch  # noqa: E402
+from ssr_torch import torchtitan as ssr_torchtitan  # noqa: E402
+
+DIM, EXPERTS = 16, 8
+INIT = {"weight": lambda w: nn.init.normal_(w, std=0.5)}
+
+
+def make_router(seed=0, **options):
+    torch.manual_seed(seed)
+    router = make_router_config(dim=DIM, num_experts=EXPERTS, gate_param_init=INIT,
+                                **{"top_k": 2, "score_func": "softmax", "route_norm": True, **options}).build()
+    router.init_states()
+    return router
+
+
+def inputs(seed, batch=4, length=24):
+    return torch.randn(batch, length, DIM, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("options", [dict(), dict(score_func="sigmoid", route_scale=2.5),
+                                     dict(score_func="sigmoid", top_k=4, num_expert_groups=4, num_limited_groups=2)])
+def test_in_evaluation_a_replaced_router_routes_as_torchtitan(options):
+    engine, replaced = make_router(**options).eval(), make_router(**options).eval()
+    keys = list(replaced.state_dict())
+    grouped = "num_expert_groups" in options  # group-limited top-k: the softmax path's rule alone
+    ssr_torchtitan.replace_routers(replaced, "softmax" if grouped else "ssr", p=1.0)
+    assert list(replaced.state_dict()) == keys and isinstance(replaced, TokenChoiceTopKRouter)
+    bias = torch.linspace(-0.2, 0.2, EXPERTS) if options.get("score_func") == "sigmoid" else None
+    x = inputs(1)
+    with torch.no_grad():
+        weights, experts, scores = replaced(x, bias)
+        expected_weights, expected_experts, expected_scores = engine(x, bias)
+    assert experts.dtype == torch.int64 and experts.shape == expected_experts.shape
+    order, expected_order = experts.sort(-1), expected_experts.sort(-1)  # torchtitan's top-k is unsorted
+    assert torch.equal(order.values, expected_order.values)
+    torch.testing.assert_close(weights.gather(-1, order.indices), expected_weights.gather(-1, expected_order.indices),
+                               rtol=0, atol=2e-6)
+    torch.testing.assert_close(scores, expected_scores)
+
+
+def test_in_training_a_replaced_router_routes_as_ssr():
+    titan = make_router().train()
+    (router,) = ssr_torchtitan.replace_routers(titan, "sinkhorn")
+    reference = ssr_torch.Router("sinkhorn", k=2, layer=router.layer).train()
+    for seed in range(3):
+        x = inputs(seed)
+        weights, experts, _ = titan(x)
+        expected_experts, expected_weights = reference(titan.gate(x).reshape(-1, EXPERTS))
+        assert torch.equal(experts.reshape(-1, 2), expected_experts)
+        assert torch.equal(weights.reshape(-1, 2), expected_weights)
+        assert router.info[0] == 1
+    assert router.step == 3
+
+
+def tiny_moe():
+    torch.manual_seed(0)
+    experts_init = {name: (lambda w: nn.init.normal_(w, std=0.1)) for name in ("w1_EFD", "w2_EDF", "w3_EFD")}
+    moe = make_moe_config(
+        num_experts=EXPERTS,
+        router=make_router_config(dim=DIM, num_experts=EXPERTS, gate_param_init=INIT, top_k=2, score_func="softmax",
+                                  route_norm=True),
+        routed_experts=RoutedExperts.Config(
+            inner_experts=GroupedExperts.Config(dim=DIM, hidden_dim=32, num_experts=EXPERTS, param_init=experts_init),
+            token_dispatcher=LocalTokenDispatcher.Config(num_experts=EXPERTS, top_k=2)),
+        load_balance_coeff=1e-3).build()
+    moe.init_states()
+    return moe
+
+
+def test_a_tiny_torchtitan_moe_trains_with_ssr_and_its_loss_falls():
+    moe = tiny_moe()
+    keys = list(moe.state_dict())
+    (router,) = ssr_torchtitan.replace_routers(moe, "ssr", p=0.2, seed=3)
+    assert list(moe.state_dict()) == keys
+    optimizer = torch.optim.Adam(moe.parameters(), lr=1e-2)
+    x = inputs(9, batch=2, length=32)
+    target = torch.tanh(x.roll(1, dims=-1))
+    losses, sinkhorn = [], 0
+    moe.train()
+    for _ in range(30):
+        loss = nn.functional.mse_loss(moe(x), target)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        sinkhorn += int(router.info[0])
+    assert 0 < sinkhorn < 30 and router.step == 30
+    assert losses[-1] < 0.7 * losses[0]
+    assert moe.tokens_per_expert_E.sum() == 30 * 64 * 2  # the MoE counted ssr's choices for its bias update
+
+
+def test_restore_routers_and_errors():
+    engine, replaced = make_router().eval(), make_router().eval()
+    moe = nn.ModuleDict({"layers": nn.ModuleList([nn.ModuleDict({"router": replaced})])})
+    (router,) = ssr_torchtitan.replace_routers(moe, "ssr")
+    assert router.layer == 0
+    assert ssr_torchtitan.restore_routers(moe) == 1 and type(replaced) is TokenChoiceTopKRouter
+    x = inputs(2)
+    with torch.no_grad():
+        assert torch.equal(replaced(x)[1], engine(x)[1])
+    with pytest.raises(TypeError, match="holds no torchtitan TokenChoiceTopKRouter"):
+        ssr_torchtitan.replace_routers(nn.Linear(2, 2))
+    grouped = make_router(score_func="sigmoid", top_k=4, num_expert_groups=4, num_limited_groups=2)
+    with pytest.raises(ValueError, match="Sinkhorn path selects by its plan"):
+        ssr_torchtitan.replace_routers(grouped, "ssr")
+    assert type(grouped) is TokenChoiceTopKRouter
+    with pytest.warns(UserWarning, match="route_norm=False"):
+        ssr_torchtitan.replace_routers(make_router(route_norm=False), "ssr")
+
+
+def test_checkpointed_recompute_routes_with_the_step_it_repeats():
+    titan = make_router().train()
+    (router,) = ssr_torchtitan.replace_routers(titan, "ssr", p=0.5, seed=7, recomputed=True)
+    x = inputs(3).requires_grad_()
+    seen = []
+
+    def route(inp):
+        weights, experts, _ = titan(inp)
+        seen.append(experts.clone())
+        return weights
+
+    with warnings.catch_warnings(), torch.utils.checkpoint.set_checkpoint_early_stop(False):  # recompute it all
+        warnings.simplefilter("ignore")
+        for _ in range(6):
+            torch.utils.checkpoint.checkpoint(route, x, use_reentrant=False).sum().backward()
+    assert router.step == 6
+    assert all(torch.equal(seen[i], seen[i + 1]) for i in range(0, 12, 2))  # forward, then its recompute
