@@ -10,22 +10,14 @@ Supported: megatron-core 0.16 (tested 0.16.1), whose `TopKRouter.routing` this m
 with another version raises ImportError.
 """
 import abc
-import collections
-import importlib.metadata
 
 import torch
 
-from .hf import _in_backward
+from ._engines import call_step, require, restore, swap
 from .router import Router
 
 TESTED = "0.16.1"
-try:
-    _VERSION = importlib.metadata.version("megatron-core")
-except importlib.metadata.PackageNotFoundError:
-    raise ImportError(f"ssr_torch.megatron needs megatron-core 0.16 (pip install megatron-core=={TESTED})") from None
-if not _VERSION.startswith("0.16."):
-    raise ImportError(f"ssr_torch.megatron follows TopKRouter.routing of megatron-core 0.16 (tested {TESTED}); "
-                      f"this is megatron-core {_VERSION}")
+require("megatron-core", "0.16", TESTED, __name__)
 
 from megatron.core.transformer.moe.moe_utils import (apply_router_token_dropping,  # noqa: E402
                                                      compute_routing_scores_for_aux_loss)
@@ -76,25 +68,10 @@ class SsrTopKRouter(abc.ABC):
         return probs, routing_map
 
     def _ssr_choose(self, logits):
-        ssr = self.ssr
-        step = None
-        if ssr.training:
-            if _in_backward():  # activation recompute: route with the step of the forward it repeats
-                step = self._ssr_steps.popleft() if self._ssr_steps else ssr.step - 1
-            elif not torch.is_grad_enabled():  # a checkpointed first forward (run under no_grad)
-                self._ssr_steps.append(ssr.step)
+        # Megatron's activation recompute runs the first forward under no_grad (reentrant checkpoint).
+        step = call_step(self, checkpointed=not torch.is_grad_enabled())
         route_logits = logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
-        return ssr(route_logits, step=step, expert_bias=self.expert_bias)
-
-
-_ssr_classes = {}
-
-
-def _ssr_class(cls):
-    if cls not in _ssr_classes:
-        _ssr_classes[cls] = type("Ssr" + cls.__name__, (SsrTopKRouter, cls),
-                                 {"__module__": __name__, "_original_class": cls})
-    return _ssr_classes[cls]
+        return self.ssr(route_logits, step=step, expert_bias=self.expert_bias)
 
 
 def _unsupported(config):
@@ -150,19 +127,10 @@ def replace_routers(model, router="ssr", group=None, **router_options):
                               layer=module.layer_number if module.layer_number is not None else position,
                               group=process_group, **{"persistent": False, **router_options}))
     for module, r in zip(found, routers):
-        if not isinstance(module, SsrTopKRouter):
-            module.__class__ = _ssr_class(type(module))
-        module.ssr = r.train(module.training)
-        module._ssr_steps = collections.deque()
+        swap(module, SsrTopKRouter, r)
     return routers
 
 
 def restore_routers(model):
     """Undoes replace_routers: the TopKRouters route by Megatron's own rule again. Returns how many."""
-    count = 0
-    for module in model.modules():
-        if isinstance(module, SsrTopKRouter):
-            del module.ssr, module._ssr_steps
-            module.__class__ = module._original_class
-            count += 1
-    return count
+    return restore(model, SsrTopKRouter)

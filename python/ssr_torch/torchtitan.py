@@ -7,24 +7,17 @@ outputs: the weights (ssr's, times `route_scale`), the experts (int64) and the f
 
 Supported: torchtitan 0.3 (tested 0.3.0); importing this module with another version raises ImportError.
 """
-import collections
-import importlib.metadata
 import warnings
 
 import torch
 import torch.nn.functional as F
 
-from .hf import _in_backward, _layer_index
+from ._engines import call_step, require, restore, swap
+from .hf import _layer_index
 from .router import Router
 
 TESTED = "0.3.0"
-try:
-    _VERSION = importlib.metadata.version("torchtitan")
-except importlib.metadata.PackageNotFoundError:
-    raise ImportError(f"ssr_torch.torchtitan needs torchtitan 0.3 (pip install torchtitan=={TESTED})") from None
-if not _VERSION.startswith("0.3."):
-    raise ImportError(f"ssr_torch.torchtitan follows TokenChoiceTopKRouter of torchtitan 0.3 (tested {TESTED}); "
-                      f"this is torchtitan {_VERSION}")
+require("torchtitan", "0.3", TESTED, __name__)
 
 from torch.distributed.tensor import DTensor  # noqa: E402
 from torchtitan.models.common.moe import TokenChoiceTopKRouter  # noqa: E402
@@ -44,26 +37,11 @@ class SsrTokenChoiceTopKRouter:
         batch, length, n = logits.shape
         flat = logits.reshape(batch * length, n)
         flat = flat if flat.dtype in (torch.float32, torch.float64) else flat.float()
-        ssr = self.ssr
-        step = None
-        if ssr.training:
-            if _in_backward():  # activation-checkpoint recompute: the step of the forward it repeats
-                step = self._ssr_steps.popleft() if self._ssr_steps else ssr.step - 1
-            elif self._ssr_recomputed:  # a checkpointed forward: remember its step for the recompute
-                self._ssr_steps.append(ssr.step)
-        experts, weights = ssr(flat, step=step, expert_bias=expert_bias)
+        # Non-reentrant checkpointing runs the first forward with grad on: replace_routers(recomputed=True) says so.
+        step = call_step(self, checkpointed=self._ssr_recomputed)
+        experts, weights = self.ssr(flat, step=step, expert_bias=expert_bias)
         scores = torch.sigmoid(logits) if self.score_func == "sigmoid" else F.softmax(logits, dim=-1)
         return (weights * self.route_scale).view(batch, length, -1), experts.view(batch, length, -1), scores
-
-
-_ssr_classes = {}
-
-
-def _ssr_class(cls):
-    if cls not in _ssr_classes:
-        _ssr_classes[cls] = type("Ssr" + cls.__name__, (SsrTokenChoiceTopKRouter, cls),
-                                 {"__module__": __name__, "_original_class": cls})
-    return _ssr_classes[cls]
 
 
 def replace_routers(model, router="ssr", group=None, recomputed=False, **router_options):
@@ -99,20 +77,10 @@ def replace_routers(model, router="ssr", group=None, recomputed=False, **router_
         warnings.warn("ssr_torch.torchtitan: ssr's weights sum to 1 over the chosen experts (route_norm=True); "
                       "routers with route_norm=False weighted them by their raw scores", stacklevel=2)
     for (_, module), r in zip(found, routers):
-        if not isinstance(module, SsrTokenChoiceTopKRouter):
-            module.__class__ = _ssr_class(type(module))
-        module.ssr = r.train(module.training)
-        module._ssr_steps = collections.deque()
-        module._ssr_recomputed = bool(recomputed)
+        swap(module, SsrTokenChoiceTopKRouter, r, recomputed=bool(recomputed))
     return routers
 
 
 def restore_routers(model):
     """Undoes replace_routers: the routers choose by torchtitan's own rule again. Returns how many."""
-    count = 0
-    for module in model.modules():
-        if isinstance(module, SsrTokenChoiceTopKRouter):
-            del module.ssr, module._ssr_steps, module._ssr_recomputed
-            module.__class__ = module._original_class
-            count += 1
-    return count
+    return restore(model, SsrTokenChoiceTopKRouter)

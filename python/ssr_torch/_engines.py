@@ -1,0 +1,58 @@
+"""What the Megatron-core and torchtitan adaptors share: the release they follow, the class swap that puts
+routing by an ssr_torch.Router in front of an engine's router class, and the step a recompute repeats."""
+import collections
+import importlib.metadata
+
+from .hf import _in_backward
+
+_classes = {}
+
+
+def require(package, series, tested, module):
+    """Raises ImportError unless `package` is installed at release `series` (e.g. "0.16")."""
+    try:
+        version = importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        raise ImportError(f"{module} needs {package} {series} (pip install {package}=={tested})") from None
+    if not version.startswith(series + "."):
+        raise ImportError(f"{module} follows {package} {series} (tested {tested}); this is {package} {version}")
+
+
+def swap(module, mixin, router, **attributes):
+    """Puts `mixin` in front of the module's class (one subclass per class) and the Router on it, as `ssr`."""
+    if not isinstance(module, mixin):
+        cls = type(module)
+        if (mixin, cls) not in _classes:
+            _classes[mixin, cls] = type("Ssr" + cls.__name__, (mixin, cls),
+                                        {"__module__": mixin.__module__, "_original_class": cls})
+        module.__class__ = _classes[mixin, cls]
+    module.ssr = router.train(module.training)
+    module._ssr_steps = collections.deque()
+    for name, value in attributes.items():
+        setattr(module, "_ssr_" + name, value)
+
+
+def restore(model, mixin):
+    """Undoes swap on every module of `model`; returns how many."""
+    count = 0
+    for module in model.modules():
+        if isinstance(module, mixin):
+            del module.ssr
+            for name in [name for name in vars(module) if name.startswith("_ssr_")]:
+                delattr(module, name)
+            module.__class__ = module._original_class
+            count += 1
+    return count
+
+
+def call_step(module, checkpointed):
+    """The step of a training call: None (the Router's counter) for a plain forward; inside backward, the step
+    of the checkpointed forward it recomputes, which that forward remembered (`checkpointed`)."""
+    ssr = module.ssr
+    if not ssr.training:
+        return None
+    if _in_backward():
+        return module._ssr_steps.popleft() if module._ssr_steps else ssr.step - 1
+    if checkpointed:
+        module._ssr_steps.append(ssr.step)
+    return None
