@@ -248,12 +248,15 @@ void BM_CopyBandwidth(benchmark::State& state) {
   state.counters["peak_GB/s"] = bandwidth().peak * 1e-9;
 }
 
-// The paper's shape (n = 16, k = 2), Mixtral (8, 2), Switch (128, 1), DeepSeek-V3 (256, 8).
+// The paper's shape (n = 16, k = 2), Mixtral (8, 2), Switch (128, 1), DeepSeek-V3 (256, 8); and the
+// decode-sized batches of published fused routers (4096 x 128 and 8192 x 256, k = 8).
 void routing_shapes(benchmark::internal::Benchmark* b) {
   for (const auto& nk : std::vector<std::pair<long, long>>{{16, 2}, {8, 2}, {128, 1}, {256, 8}}) {
     b->Args({24576, nk.first, nk.second});
     b->Args({1 << 20, nk.first, nk.second});
   }
+  b->Args({4096, 128, 8});
+  b->Args({8192, 256, 8});
 }
 
 }  // namespace

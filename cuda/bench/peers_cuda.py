@@ -87,6 +87,12 @@ def seconds(b):
     return b["real_time"] * scale
 
 
+# bench_cuda.cu's routing_shapes: the paper's, Mixtral's, Switch's and DeepSeek-V3's (n, k) at two batch sizes,
+# and the decode-sized batches of published fused routers.
+SOFTMAX_SHAPES = [(m, n, k) for m in (24576, 1 << 20) for n, k in ((16, 2), (8, 2), (128, 1), (256, 8))] + [
+    (4096, 128, 8), (8192, 256, 8)]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", default="build/cuda/bench/ssr_cuda_bench")
@@ -103,17 +109,16 @@ def main():
     print("\nsoftmax top-k (ssr: fused kernel; peer: torch.softmax + torch.topk)")
     print(f"{'dtype':>9} {'m':>8} {'n':>4} {'k':>2} {'ssr us':>9} {'torch us':>9} {'ratio':>6} {'ssr GB/s':>9} {'of copy':>8}")
     for dtype, tag in ((torch.float32, "float"), (torch.bfloat16, "__nv_bfloat16")):
-        for m in (24576, 1 << 20):
-            for n, k in ((16, 2), (8, 2), (128, 1), (256, 8)):
-                b = ssr.get(f"BM_FusedSoftmaxTopK<{tag}>/{m}/{n}/{k}/manual_time")
-                if b is None:
-                    continue
-                s = logits(m, n, dtype)
-                t = cuda_time(lambda: torch_softmax_topk(s, k))
-                rows.append({"what": "softmax_topk", "dtype": str(dtype), "m": m, "n": n, "k": k, "ssr_s": seconds(b),
-                             "torch_s": t, "ssr_GBps": b["GB/s"], "frac_copy": b["frac_copy"]})
-                print(f"{tag[:9]:>9} {m:>8} {n:>4} {k:>2} {seconds(b) * 1e6:9.1f} {t * 1e6:9.1f} {t / seconds(b):6.1f} "
-                      f"{b['GB/s']:9.0f} {b['frac_copy']:8.2f}")
+        for m, n, k in SOFTMAX_SHAPES:
+            b = ssr.get(f"BM_FusedSoftmaxTopK<{tag}>/{m}/{n}/{k}/manual_time")
+            if b is None:
+                continue
+            s = logits(m, n, dtype)
+            t = cuda_time(lambda: torch_softmax_topk(s, k))
+            rows.append({"what": "softmax_topk", "dtype": str(dtype), "m": m, "n": n, "k": k, "ssr_s": seconds(b),
+                         "torch_s": t, "ssr_GBps": b["GB/s"], "frac_copy": b["frac_copy"]})
+            print(f"{tag[:9]:>9} {m:>8} {n:>4} {k:>2} {seconds(b) * 1e6:9.1f} {t * 1e6:9.1f} {t / seconds(b):6.1f} "
+                  f"{b['GB/s']:9.0f} {b['frac_copy']:8.2f}")
 
     print("\nSinkhorn top-k, converged (tol 1e-4; ssr: Router<SinkhornTopK, CudaBackend<float>>, finiteness checked;"
           " peer: Megatron-style loop)")

@@ -1,7 +1,8 @@
 // What the CUDA backend promises an engine beyond the property tests: half and bfloat16 logits through
 // Router, all of a call's work on the caller's stream and none on the default stream, capture of unchecked
-// calls in a CUDA graph (which also proves they allocate nothing and never wait), repeatable bits, and its
-// own kernels giving the bits of the Thrust items they stand in for.
+// calls in a CUDA graph (which also proves they allocate nothing and never wait), repeatable bits, its own
+// kernels giving the bits of the Thrust items they stand in for, and its own workspace across streams,
+// devices and captures.
 #include <catch2/catch.hpp>
 
 #include <cuda_bf16.h>
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <chrono>
 #include <thread>
@@ -119,6 +121,13 @@ void require_fused_softmax_matches_row_items() {
       CHECK(na.read() == nb.read());
     }
   }
+}
+
+std::vector<std::int32_t> as_ints(const test::Bytes& bytes) {
+  const std::vector<unsigned char> raw = bytes.read();
+  std::vector<std::int32_t> ints(raw.size() / 4);
+  std::memcpy(ints.data(), raw.data(), ints.size() * 4);
+  return ints;
 }
 
 __global__ void spin_until_set(volatile int* flag) {
@@ -273,4 +282,95 @@ TEST_CASE("a CUDA runtime failure is an ssr::cuda::CudaError, a RuntimeError and
   cudaGetLastError();  // the failed allocation's error is not sticky; clear it for what follows
   const auto info = router.route(call.in(), Context::train(0), call.out(), Options{}.waiting());
   CHECK(info.path == ssr::Path::sinkhorn);
+}
+
+TEST_CASE("the own workspace grows after its last call's stream is destroyed", "[cuda][workspace]") {
+  const index_t n = 16, k = 2;
+  ssr::Router<ssr::SinkhornTopK, ssr::CudaBackend<float>> router{ssr::SinkhornTopK(k)};
+  for (const index_t m : {500, 20000}) {  // the second call needs more: the block of the first is freed
+    const auto s = test::random_logits<float>(m, n, 1.0, 12, 2.0);
+    cudaStream_t stream;
+    test::cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+    DeviceCall<float> call(s, m, n, k);
+    const auto info = router.route(call.in(), Context::train(0), call.out(), Options{}.on(stream).waiting());
+    test::cuda_ok(cudaStreamDestroy(stream), "destroy");  // before the next call, which grows the workspace
+    const auto expected = test::route(router.policy(), s, m, n, Context::train(0));
+    INFO("m " << m);
+    CHECK(info.iterations == expected.info.iterations);
+    CHECK(as_ints(call.experts) == expected.experts);
+  }
+  test::cuda_ok(cudaDeviceSynchronize(), "after");
+}
+
+TEST_CASE("a call whose own workspace must grow inside a capture fails naming the remedy", "[cuda][workspace]") {
+  const index_t m = 1000, n = 16, k = 2;
+  const auto s = test::random_logits<float>(m, n, 1.0, 13, 2.0);
+  cudaStream_t stream;
+  test::cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  ssr::Router<ssr::SinkhornTopK, ssr::CudaBackend<float>> router{ssr::SinkhornTopK(k)};
+  DeviceCall<float> call(s, m, n, k);
+  cudaGraph_t graph = nullptr;
+  test::cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "begin capture");
+  CHECK_THROWS_WITH(router.route(call.in(), Context::train(0), call.out(), Options{}.on(stream).unchecked()),
+                    Catch::Matchers::Contains("make one call of this shape on the device before capturing") &&
+                        Catch::Matchers::Contains("CallOptions::using_workspace"));
+  cudaStreamEndCapture(stream, &graph);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  (void)cudaGetLastError();
+  CHECK(router.backend().held_workspace_bytes() == 0);
+  // Warmed up outside the capture, the same call is captured.
+  router.route(call.in(), Context::train(0), call.out(), Options{}.on(stream).unchecked().waiting());
+  test::cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "begin capture");
+  CHECK_NOTHROW(router.route(call.in(), Context::train(0), call.out(), Options{}.on(stream).unchecked()));
+  test::cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+TEST_CASE("the solve of one launch a step, on a stream of its own above 608 experts, stops once it converges",
+          "[cuda][stream]") {
+  const index_t m = 4096, n = 1024, k = 8;
+  const auto s = test::random_logits<float>(m, n, 1.0, 14, 2.0);
+  const ssr::SinkhornTopK policy(k, ssr::Cost::softmax, {0.5, 1e-4, 1000});
+  ssr::Router<ssr::SinkhornTopK, ssr::CudaBackend<float>> router(policy);
+  cudaStream_t stream;
+  test::cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  DeviceCall<float> a(s, m, n, k), b(s, m, n, k);
+  const auto ia = router.route(a.in(), Context::train(0), a.out(), Options{}.on(stream).waiting());
+  ssr::CudaTuning::force_sinkhorn_steps = true;
+  const test::OnExit restore{[] { ssr::CudaTuning::force_sinkhorn_steps = false; }};
+  const auto start = std::chrono::steady_clock::now();
+  const auto ib = router.route(b.in(), Context::train(0), b.out(), Options{}.on(stream));
+  CHECK(ib.complete());  // the host read the decision, so no launch was queued past it
+  test::cuda_ok(cudaStreamSynchronize(stream), "sync");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  REQUIRE(ia.converged);
+  CHECK(ia.iterations < 1000);
+  CHECK(ib.iterations == ia.iterations);
+  CHECK(ib.marginal_error == ia.marginal_error);
+  CHECK(a.experts.read() == b.experts.read());
+  CHECK(a.weights.read() == b.weights.read());
+  CHECK(seconds < 10);
+  cudaStreamDestroy(stream);
+}
+
+TEST_CASE("calls on two devices each get their own workspace on that device", "[cuda][workspace]") {
+  int devices = 0;
+  test::cuda_ok(cudaGetDeviceCount(&devices), "device count");
+  if (devices < 2) {
+    WARN("one device: not run");
+    return;
+  }
+  const index_t m = 3000, n = 16, k = 2;
+  const auto s = test::random_logits<float>(m, n, 1.0, 15, 2.0);
+  ssr::Router<ssr::SinkhornTopK, ssr::CudaBackend<float>> router{ssr::SinkhornTopK(k)};
+  const auto expected = test::route(router.policy(), s, m, n, Context::train(0));
+  for (const int device : {0, 1, 0}) {
+    test::cuda_ok(cudaSetDevice(device), "cudaSetDevice");
+    DeviceCall<float> call(s, m, n, k);
+    router.route(call.in(), Context::train(0), call.out(), Options{}.waiting());
+    INFO("device " << device);
+    CHECK(as_ints(call.experts) == expected.experts);
+  }
+  test::cuda_ok(cudaSetDevice(0), "cudaSetDevice");
 }

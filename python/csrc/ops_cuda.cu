@@ -2,7 +2,8 @@
 // stream, its workspace a tensor from PyTorch's caching allocator (stream-ordered, no allocation of its
 // own). Logits float32, bfloat16 and float16 (computed in float) or float64. Nothing waits for the host on
 // the softmax path: the finiteness check, a read-back, is off (NaN logits rank as -inf), the info tensor is
-// written on the device, and the backward multiplies by its flag instead of reading it.
+// written on the device, and the backward multiplies by its flag instead of reading it. The Sinkhorn path
+// checks its logits (raising as on the CPU) except inside a CUDA graph capture.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -49,8 +50,11 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> route_on_cuda(const Tensor& logits, c
   Tensor load = at::empty({n}, on_device.dtype(at::kInt));
   Tensor info = at::empty({info_size}, on_device.dtype(at::kDouble));
   Tensor workspace = at::empty({static_cast<int64_t>(router.workspace_bytes(m, n, ctx))}, on_device.dtype(at::kByte));
-  auto options = ssr::CallOptions<cudaStream_t>{}.on(stream).unchecked().using_workspace(
+  auto options = ssr::CallOptions<cudaStream_t>{}.on(stream).using_workspace(
       {workspace.data_ptr(), static_cast<std::size_t>(workspace.numel())});
+  // The Sinkhorn path checks its logits as on the CPU (NaN would spoil every column); the softmax path, and
+  // any call in a CUDA graph capture, where nothing may wait, do not.
+  if (policy.resolve(ctx).path != ssr::Path::sinkhorn || ssr::cuda::capturing(stream)) options.unchecked();
   if (ranks != nullptr) options.across(*ranks);
   const ssr::RouteInfo result = router.route(
       ssr::MatrixView<const In>{static_cast<const In*>(s.const_data_ptr()), m, n}, ctx,

@@ -1,5 +1,6 @@
 """The CUDA kernels (run where a GPU is present, skipped elsewhere): the CPU kernels' results, for every
-logits dtype; opcheck; gradients; the softmax path captured in a CUDA graph (no host synchronisation, the current stream)."""
+logits dtype; opcheck; gradients; both paths captured in a CUDA graph (no host synchronisation, the current
+stream); NaN logits on the Sinkhorn path raise as on the CPU."""
 import pytest
 import torch
 
@@ -80,3 +81,32 @@ def test_softmax_path_is_captured_in_a_cuda_graph():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(experts.cpu(), ssr_torch.route(s.cpu(), "softmax", 2)[0])
+
+
+def test_nan_logits_on_the_sinkhorn_path_raise_as_on_the_cpu():
+    bad = make_logits(3000, 16, 7, dtype=torch.float32)
+    bad[1234, 5] = float("nan")
+    for device in ("cpu", "cuda"):
+        with pytest.raises(RuntimeError, match=r"logits\(1234, 5\) = nan"):
+            ssr_torch.route(bad.to(device), "sinkhorn", 2)
+    experts = ssr_torch.route(bad.cuda(), "softmax", 2)[0]  # the softmax path never waits: NaN ranks as -inf
+    assert 5 not in experts[1234].tolist()
+
+
+def test_sinkhorn_path_is_captured_in_a_cuda_graph():
+    # A fixed 20 iterations (a tolerance it cannot reach), so the replay's statistics are known.
+    options = dict(k=2, tol=1e-300, max_iters=20)
+    s = make_logits(4096, 16, 4, dtype=torch.float32).cuda()
+    ssr_torch.route(s, "sinkhorn", **options)  # warm-up outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        experts, weights, load, info = ssr_torch.route(s, "sinkhorn", **options)
+    fresh = make_logits(4096, 16, 5, dtype=torch.float32)
+    s.copy_(fresh.cuda())
+    graph.replay()
+    torch.cuda.synchronize()
+    e_cpu, w_cpu, _, info_cpu = ssr_torch.route(fresh, "sinkhorn", **options)
+    same = (experts.cpu() == e_cpu).all(dim=1)
+    assert same.float().mean() > 0.999
+    torch.testing.assert_close(weights.cpu()[same], w_cpu[same], rtol=0, atol=1e-4)
+    assert info[0].item() == 1 and info[2].item() == 20 == info_cpu[2].item()

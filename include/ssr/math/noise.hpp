@@ -26,19 +26,35 @@ SSR_HD inline double noise_value(const RouteSpec& spec, const Context& ctx, inde
          random::normal(ctx.seed, ctx.layer, ctx.step, element_index(ctx, row, n, j));
 }
 
+// z(j) = noise_value(spec, ctx, row, n, j) for the elements of a row, keeping the last block of four
+// normals, so that a pass over the row in order draws each block once (random::normal draws a block to
+// return one of it).
+class RowNoise {
+ public:
+  SSR_HD RowNoise(const RouteSpec& spec, const Context& ctx, index_t row, index_t n)
+      : ctx_(ctx), scale_(spec.noise_alpha * spec.noise_sigma), row_(row), n_(n) {}
+
+  SSR_HD double operator()(index_t j) const {
+    const std::uint64_t e = element_index(ctx_, row_, n_, j);
+    if ((e >> 2) != loaded_) {
+      loaded_ = e >> 2;
+      random::normals4(ctx_.seed, ctx_.layer, ctx_.step, loaded_, block_);
+    }
+    return scale_ * block_[e & 3u];
+  }
+
+ private:
+  Context ctx_;
+  double scale_;
+  index_t row_, n_;
+  mutable double block_[4] = {0, 0, 0, 0};
+  mutable std::uint64_t loaded_ = ~std::uint64_t{0};
+};
+
 // z[j] = noise_value(spec, ctx, row, n, j) for the n elements of a row, each block of four normals drawn once.
 SSR_HD inline void noise_row(const RouteSpec& spec, const Context& ctx, index_t row, index_t n, double* z) {
-  const double scale = spec.noise_alpha * spec.noise_sigma;
-  double block[4];
-  std::uint64_t loaded = ~std::uint64_t{0};
-  for (index_t j = 0; j < n; ++j) {
-    const std::uint64_t e = element_index(ctx, row, n, j);
-    if ((e >> 2) != loaded) {
-      loaded = e >> 2;
-      random::normals4(ctx.seed, ctx.layer, ctx.step, loaded, block);
-    }
-    z[j] = scale * block[e & 3u];
-  }
+  const RowNoise noise(spec, ctx, row, n);
+  for (index_t j = 0; j < n; ++j) z[j] = noise(j);
 }
 
 // The noise output of element j: z(j) where the call draws noise, 0 where it does not.

@@ -21,15 +21,14 @@
 namespace ssr {
 namespace math {
 
-// The cost of element j of the call's row `row` (logits s): cost_value of shifted_cost with the row's shift,
-// plus the noise where the call draws it.
+// The cost of element j of a row (logits s): cost_value of shifted_cost with the row's shift, plus the
+// noise z(j) (a RowNoise) where the call draws it.
 template <class T, class In>
-SSR_HD double row_cost(const RouteSpec& spec, const Context& ctx, const In* s, index_t row, index_t n,
-                       const CostShift& shift, index_t j) {
+SSR_HD double row_cost(const RouteSpec& spec, const In* s, const CostShift& shift, const RowNoise& z, index_t j) {
   const double shifted = shifted_cost(spec.cost, detail::to_double(s[j]), shift);
   if (!spec.noisy()) return cost_value<T>(shifted, nullptr);
-  const double z = noise_value(spec, ctx, row, n, j);
-  return cost_value<T>(shifted, &z);
+  const double noise = z(j);
+  return cost_value<T>(shifted, &noise);
 }
 
 // The softmax path of the call's row `row`: experts idx[0, k) (top-k of the noisy cost where the call
@@ -39,30 +38,32 @@ template <class T, class In>
 SSR_HD void softmax_row(const RouteSpec& spec, const Context& ctx, const In* s, index_t row, index_t n,
                         std::int32_t* idx, T* w, T* noise) {
   const auto logit = [s](index_t j) { return detail::to_double(s[j]); };
+  const RowNoise z(spec, ctx, row, n);
   if (spec.noisy()) {
     const CostShift shift = cost_shift(n, spec.cost, logit);
-    topk(n, spec.k, idx, [&](index_t j) { return row_cost<T>(spec, ctx, s, row, n, shift, j); });
+    topk(n, spec.k, idx, [&](index_t j) { return row_cost<T>(spec, s, shift, z, j); });
   } else {
     select_row(spec, ctx.expert_bias.data, n, idx, logit);
   }
   score_weights(
       spec.select.score, spec.k, [&](int r) { return logit(idx[r]); },
       [w](int r, double v) { w[r] = static_cast<T>(v); });
-  if (noise)
-    noise_output(
-        spec, n, [&](index_t j) { return noise_value(spec, ctx, row, n, j); }, noise);
+  if (noise) noise_output(spec, n, z, noise);
 }
 
-// Row `row` of the Sinkhorn kernel K (kernel_value of the row's costs) into k, and the noise output.
+// Row `row` of the Sinkhorn kernel K (kernel_value of the row's costs) into k, and the noise output: two
+// passes over the row (its kernel shift, then K and the noise), each drawing the noise once.
 template <class T, class In>
 SSR_HD void kernel_row(const RouteSpec& spec, const Context& ctx, const In* s, index_t row, index_t n, T* k, T* noise) {
   const CostShift shift = cost_shift(n, spec.cost, [s](index_t j) { return detail::to_double(s[j]); });
-  const auto cost = [&](index_t j) { return row_cost<T>(spec, ctx, s, row, n, shift, j); };
+  const RowNoise z(spec, ctx, row, n);
+  const auto cost = [&](index_t j) { return row_cost<T>(spec, s, shift, z, j); };
   const double kshift = kernel_shift<T>(n, cost), inv_xi = inverse_xi(spec.sinkhorn.xi);
-  for (index_t j = 0; j < n; ++j) k[j] = static_cast<T>(kernel_value<T>(cost(j), kshift, inv_xi));
-  if (noise)
-    noise_output(
-        spec, n, [&](index_t j) { return noise_value(spec, ctx, row, n, j); }, noise);
+  for (index_t j = 0; j < n; ++j) {
+    const double x = cost(j);
+    k[j] = static_cast<T>(kernel_value<T>(x, kshift, inv_xi));
+    if (noise) noise[j] = noise_output_at<T>(spec, z, j);  // z(j) of the block cost(j) has just drawn
+  }
 }
 
 // A row's outputs from a solve's last pass (sinkhorn_scaled.hpp), its plan row being t_j / r with

@@ -91,9 +91,10 @@ SSR_HD inline double marginal_error(double error_sum, index_t m) { return error_
 
 SSR_HD inline bool converged(double err, const SinkhornParams& params) { return err < params.tol; }
 
-// After `iterations` iterations with error err: stop?
+// After `iterations` iterations with error err: stop? A NaN error (from NaN logits, routed unchecked)
+// stops at once: its NaN column sums make every later one NaN.
 SSR_HD inline bool stop(double err, int iterations, const SinkhornParams& params) {
-  return converged(err, params) || iterations >= params.max_iters;
+  return converged(err, params) || iterations >= params.max_iters || err != err;
 }
 
 // The rows the plan's columns are balanced over: the whole problem's, or this call's (m) alone.

@@ -1,11 +1,13 @@
 // CudaBackend<T>: routing on an NVIDIA GPU. Views hold device pointers. A fused kernel takes softmax top-k
 // where it ranks the logits (k <= CudaTuning::fused_max_k), the Sinkhorn iterations run in one cooperative
 // kernel where the device holds its grid (sinkhorn.cuh), and the Thrust backend's algorithms take the rest
-// (selection by scores, bias or groups, the Sinkhorn kernel and outputs, a distributed solve's steps). Every
-// kernel and copy of a call is ordered on CallOptions::stream. A call waits for the host only where
-// asked: the finiteness check reads one flag back (off with check_finite = false), and the Sinkhorn
-// path's statistics reach RouteInfo through Router::wait (or CallOptions::wait). Workspace: the caller's,
-// or the backend's own, allocated in stream order the first time a shape needs more.
+// (selection by scores, bias or groups, the Sinkhorn kernel and outputs, a distributed solve's steps, and
+// the solve one launch a step where the device cannot hold the cooperative grid). Every kernel and copy of
+// a call is ordered on CallOptions::stream. A call waits for the host only where asked (the finiteness
+// check reads one flag back, off with check_finite = false; Router::wait or CallOptions::wait read the
+// Sinkhorn path's statistics) and where the solve cannot decide on the device alone: across ranks, and in
+// the one-launch-a-step solve outside stream capture. Workspace: the caller's, or the backend's own
+// (buffer.cuh).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -21,6 +23,7 @@
 #include "ssr/context.hpp"
 #include "ssr/cuda/buffer.cuh"
 #include "ssr/cuda/check.cuh"
+#include "ssr/cuda/device.cuh"
 #include "ssr/cuda/load.cuh"
 #include "ssr/cuda/scalar.cuh"
 #include "ssr/cuda/scan.cuh"
@@ -91,16 +94,14 @@ class CudaBackend {
       alg::sinkhorn_kernel(exec, spec, ctx, s, b.sinkhorn.logk, out.noise);
       if (!options.communicator && cuda::sinkhorn_solve(b.sinkhorn, m, n, spec.sinkhorn, stream)) {
         info.pending = &b.sinkhorn.state->stats;
-      } else {  // the decision on the device; with ranks, read after each iteration (see docs/distributed.md)
-        const auto read = [stream](const thrust_kernels::SolveState* state) {
-          thrust_kernels::SolveState host{};
-          cuda::check(cudaMemcpyAsync(&host, state, sizeof host, cudaMemcpyDeviceToHost, stream), "read state");
-          cuda::check(cudaStreamSynchronize(stream), "read state");
-          return host;
+      } else {  // one launch a step, the decision read back now and then (docs/distributed.md for ranks)
+        const auto read = [this, stream](const thrust_kernels::SolveState* state) {
+          return state_.read(state, stream);
         };
+        const int decide_every = cuda::capturing(stream) ? 0 : CudaTuning::steps_decide_every;
         const SolveStats stats = alg::sinkhorn_iterate(exec, b.sinkhorn, m, rows, n, spec.sinkhorn,
-                                                       options.communicator, stream, /*host_decides=*/false, read);
-        if (options.communicator) {
+                                                       options.communicator, stream, decide_every, read);
+        if (options.communicator || decide_every > 0) {
           info.set(stats);
         } else {
           info.pending = &b.sinkhorn.state->stats;
@@ -133,13 +134,7 @@ class CudaBackend {
   }
 
   // Waits for the stream and reads the solve statistics of a call that returned without them.
-  void wait(RouteInfo& info, const options_type& options) {
-    SolveStats host{};
-    cuda::check(cudaMemcpyAsync(&host, info.pending, sizeof host, cudaMemcpyDeviceToHost, options.stream),
-                "read solve stats");
-    cuda::check(cudaStreamSynchronize(options.stream), "wait");
-    info.set(host);
-  }
+  void wait(RouteInfo& info, const options_type& options) { info.set(stats_.read(info.pending, options.stream)); }
 
  private:
   struct Layout {
@@ -161,6 +156,8 @@ class CudaBackend {
   }
 
   cuda::DeviceBuffer own_;
+  cuda::PinnedSlot<thrust_kernels::SolveState> state_;  // a solve's state, read back where the host decides
+  cuda::PinnedSlot<SolveStats> stats_;                  // a pending call's statistics, read by wait
 };
 
 }  // namespace ssr

@@ -1,6 +1,8 @@
-// The CUDA backend's own workspace: device memory that grows in stream order (cudaMallocAsync on the
-// call's stream) the first time a shape needs more, and is reused after, so a warmed-up call allocates
-// nothing. It serves one call at a time: calls on different streams at once bring their own workspaces.
+// The CUDA backend's own memory. Its workspace: device memory that grows the first time a shape needs
+// more and is reused after, so a warmed-up call allocates nothing. It belongs to the device it was
+// allocated on (a call on another device frees it and allocates there), and it grows outside stream capture
+// only: memory allocated in a capture would belong to the graph. It serves one call at a time: calls on
+// different streams at once bring their own workspaces. And a pinned slot for the values it reads back.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,6 +11,8 @@
 #include <utility>
 
 #include "ssr/cuda/check.cuh"
+#include "ssr/cuda/device.cuh"
+#include "ssr/error.hpp"
 
 namespace ssr {
 namespace cuda {
@@ -23,35 +27,78 @@ class DeviceBuffer {
     DeviceBuffer(std::move(o)).swap(*this);
     return *this;
   }
-  ~DeviceBuffer() {
-    if (data_) cudaFree(data_);  // waits for the device: the last call's stream may be gone by now
-  }
+  ~DeviceBuffer() { release(); }
 
-  // Room for `bytes` bytes for a call on stream: a smaller old block is freed after the work of the
-  // previous call (on its stream), the new one allocated in the call's stream order.
+  // Room for `bytes` bytes on the current device for a call on stream (of that device). Growing frees the
+  // old block with cudaFree, which waits for the work of every stream: the last call's stream may be gone.
   void* reserve(std::size_t bytes, cudaStream_t stream) {
-    if (bytes > bytes_) {
-      if (data_) check(cudaFreeAsync(data_, stream_), "cudaFreeAsync (workspace)");
-      data_ = nullptr;
-      bytes_ = 0;
-      check(cudaMallocAsync(&data_, bytes, stream), "cudaMallocAsync (workspace)");
-      bytes_ = bytes;
-    }
-    stream_ = stream;
+    int device = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice (workspace)");
+    if (bytes == 0 || (device == device_ && bytes <= bytes_)) return data_;
+    if (capturing(stream))
+      throw RuntimeError(detail::concat(
+          "ssr::CudaBackend: the call needs ", bytes, " bytes of workspace on device ", device,
+          " and its stream is being captured, where no memory may be allocated: make one call of this shape on the "
+          "device before capturing, or pass a workspace (CallOptions::using_workspace)"));
+    release();
+    check(cudaMalloc(&data_, bytes), "cudaMalloc (workspace)");
+    bytes_ = bytes;
+    device_ = device;
     return data_;
   }
   std::size_t bytes() const { return bytes_; }
 
  private:
+  // Frees the block on the device it belongs to.
+  void release() noexcept {
+    if (data_ == nullptr) return;
+    try {
+      const ScopedDevice on(device_);
+      cudaFree(data_);
+    } catch (const CudaError&) {  // the device cannot be made current: the block goes with the context
+    }
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+
   void swap(DeviceBuffer& o) noexcept {
     std::swap(data_, o.data_);
     std::swap(bytes_, o.bytes_);
-    std::swap(stream_, o.stream_);
+    std::swap(device_, o.device_);
   }
 
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
-  cudaStream_t stream_ = nullptr;  // of the last call, which the memory's release follows
+  int device_ = -1;  // where data_ was allocated
+};
+
+// One value of pinned host memory, allocated on first use, for the backend's read-backs: a copy into
+// pinned memory is a direct transfer, where pageable memory is staged through a driver buffer.
+template <class V>
+class PinnedSlot {
+ public:
+  PinnedSlot() = default;
+  PinnedSlot(const PinnedSlot&) = delete;
+  PinnedSlot& operator=(const PinnedSlot&) = delete;
+  PinnedSlot(PinnedSlot&& o) noexcept : data_(std::exchange(o.data_, nullptr)) {}
+  PinnedSlot& operator=(PinnedSlot&& o) noexcept {
+    std::swap(data_, o.data_);
+    return *this;
+  }
+  ~PinnedSlot() {
+    if (data_ != nullptr) cudaFreeHost(data_);
+  }
+
+  // Copies *device on stream into the slot, waits for the stream, and returns the value.
+  V read(const V* device, cudaStream_t stream) {
+    if (data_ == nullptr) check(cudaMallocHost(&data_, sizeof(V)), "cudaMallocHost (read-back)");
+    check(cudaMemcpyAsync(data_, device, sizeof(V), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync (read-back)");
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (read-back)");
+    return *data_;
+  }
+
+ private:
+  V* data_ = nullptr;
 };
 
 }  // namespace cuda

@@ -13,6 +13,7 @@
 
 #include "ssr/communicator.hpp"
 #include "ssr/cuda/check.cuh"
+#include "ssr/cuda/device.cuh"
 #include "ssr/error.hpp"
 
 namespace ssr {
@@ -23,9 +24,17 @@ class NcclCommunicator final : public Communicator<cudaStream_t> {
   explicit NcclCommunicator(ncclComm_t comm) : comm_(comm) {
     check(ncclCommUserRank(comm_, &rank_), "ncclCommUserRank");
     check(ncclCommCount(comm_, &size_), "ncclCommCount");
+    check(ncclCommCuDevice(comm_, &device_), "ncclCommCuDevice");
+    const cuda::ScopedDevice on(device_);  // the staging memory on the communicator's device
     cuda::check(cudaMalloc(&staging_, staging_count * sizeof(std::int64_t)), "cudaMalloc (staging)");
   }
-  ~NcclCommunicator() override { cudaFree(staging_); }
+  ~NcclCommunicator() override {
+    try {
+      const cuda::ScopedDevice on(device_);
+      cudaFree(staging_);
+    } catch (const cuda::CudaError&) {  // the device cannot be made current: the memory goes with the context
+    }
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -56,6 +65,7 @@ class NcclCommunicator final : public Communicator<cudaStream_t> {
   ncclComm_t comm_;
   int rank_ = 0;
   int size_ = 1;
+  int device_ = 0;
   std::int64_t* staging_ = nullptr;
 };
 

@@ -20,6 +20,10 @@ struct CudaTuning {
   // step instead (sinkhorn.cuh: the fallback where the grid cannot be resident), for tests.
   static constexpr int sinkhorn_threads = 256;
   static inline bool force_sinkhorn_steps = false;
+  // The fallback reads the solve's decision after every this many iterations (outside stream capture), so
+  // that a converged solve stops queueing launches; in a capture it queues max_iters, those after the
+  // decision doing nothing.
+  static constexpr int steps_decide_every = 8;
   // Load counts in shared memory up to this many experts (more: the Thrust path); launch shape.
   static constexpr index_t count_max_experts = 8192;
   static constexpr int count_threads = 256;

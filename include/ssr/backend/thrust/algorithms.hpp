@@ -98,19 +98,20 @@ void sinkhorn_kernel(const Exec& exec, const RouteSpec& spec, const Context& ctx
   for_each_index(exec, s.rows, thrust_kernels::KernelRow<In, T>{spec, ctx, s, logk, noise});
 }
 
-// Iterates from g = 0 until the device decides to stop. host_decides: reads the decision (read_state)
-// after each iteration and stops there; otherwise queues max_iters iterations without waiting, those
-// after the decision doing nothing. With comm, the problem's `rows` are shared by ranks: the column sums
-// (and the log-domain columns' maxima and sums) are reduced over them exactly, on `stream`, and the host
-// must decide, so that every rank makes the same reductions. Returns the statistics when host_decides.
+// Iterates from g = 0 until the device decides to stop. decide_every > 0: reads the decision (read_state)
+// after every decide_every-th iteration and the last, and stops there; 0: queues max_iters iterations
+// without waiting, those after the decision doing nothing. With comm, the problem's `rows` are shared by
+// ranks: the column sums (and the log-domain columns' maxima and sums) are reduced over them exactly, on
+// `stream`, and the host decides after every iteration, so that every rank makes the same reductions.
+// Returns the statistics when the host decides.
 template <class Exec, class T, class Stream, class ReadState>
 SolveStats sinkhorn_iterate(const Exec& exec, const SinkhornBuffers<T>& b, index_t m, index_t rows, index_t n,
                             const SinkhornParams& params, const Communicator<Stream>* comm, Stream stream,
-                            bool host_decides, const ReadState& read_state) {
+                            int decide_every, const ReadState& read_state) {
   namespace kernels = thrust_kernels;
   const index_t blocks = math::sum_blocks(m, n);
   const bool distributed = comm != nullptr;
-  host_decides = host_decides || distributed;
+  if (distributed) decide_every = 1;
   const auto sum_over_ranks = [&](double* values) {  // NOLINT(readability-non-const-parameter): FromExact writes
     for_each_index(exec, n, kernels::ToExact{values, b.limbs});
     comm->sum(b.limbs, static_cast<std::size_t>(math::exact_limbs * n), stream);
@@ -130,7 +131,7 @@ SolveStats sinkhorn_iterate(const Exec& exec, const SinkhornBuffers<T>& b, index
     for_each_index(exec, n, kernels::ColumnSum<T>{b.lanes, b.v, b.colsum, b.state, n, blocks});
     if (distributed) sum_over_ranks(b.colsum);
     for_each_index(exec, 1, kernels::Decide<T>{b.colsum, b.state, params, rows, n, distributed});
-    if (host_decides) {
+    if (decide_every > 0 && ((it + 1) % decide_every == 0 || it + 1 == params.max_iters)) {
       host = read_state(b.state);
       if (host.done) break;
     }

@@ -83,7 +83,7 @@ class ThrustBackend {
       alg::sinkhorn_kernel(thrust::device, spec, ctx, s, b.sinkhorn.logk, out.noise);
       const auto read = [](const thrust_kernels::SolveState* state) { return alg::read_value(state); };
       info.set(alg::sinkhorn_iterate(thrust::device, b.sinkhorn, m, rows, n, spec.sinkhorn, options.communicator,
-                                     HostStream{}, /*host_decides=*/true, read));
+                                     HostStream{}, /*decide_every=*/1, read));
       alg::solved_rows(thrust::device, spec, s, b.sinkhorn, out);
     }
     if (!out.load.empty()) alg::count_load(thrust::device, out.experts, out.load, b.load_counts);
