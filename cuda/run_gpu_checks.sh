@@ -47,7 +47,7 @@ step route_tool env SSR_EXPECT_GPU=1 "$build/tests/ssr_tests" "[cuda]"
 python=${SSR_PYTHON:-python3}
 if [ -d "$build/python/ssr_torch" ] && "$python" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
   step python_cuda env PYTHONPATH="$build/python" "$python" -m pytest -q -p no:cacheprovider \
-    "$here/../python/tests/test_cuda.py" "$here/../python/tests/test_ops.py"
+    "$here/../python/tests/test_cuda.py" "$here/../python/tests/test_ops.py" "$here/../python/tests/test_replay.py"
 fi
 if PYTHONPATH="$build/python" "$python" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
   PYTHONPATH="$build/python" "$python" "$here/bench/peers_cuda.py" --bench "$build/cuda/bench/ssr_cuda_bench" --json "$out/peers.json" | tee "$out/peers.txt"

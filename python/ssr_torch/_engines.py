@@ -3,7 +3,7 @@ routing by an ssr_torch.Router in front of an engine's router class, and the ste
 import collections
 import importlib.metadata
 
-from .hf import _in_backward
+from .router import _in_backward
 
 _classes = {}
 

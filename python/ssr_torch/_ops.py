@@ -1,5 +1,5 @@
-"""The operators' fake kernels (shapes and dtypes, for torch.compile and meta tensors) and ``route``, the operator
-with keyword arguments. Their autograd is C++ (csrc/autograd.cpp)."""
+"""The operators' fake kernels (shapes and dtypes, for torch.compile and meta tensors), ``route``, the operator
+with keyword arguments, and ``replay_weights``. Their autograd is C++ (csrc/autograd.cpp, csrc/replay.cpp)."""
 import torch
 
 from . import _build
@@ -18,6 +18,11 @@ def _route_fake(logits, policy="selective", k=2, cost="linear", xi=0.5, tol=1e-4
     m, n = logits.shape
     return (logits.new_empty((m, k), dtype=torch.int32), logits.new_empty((m, k), dtype=_weights_dtype(logits)),
             logits.new_empty((n,), dtype=torch.int32), logits.new_empty((4,), dtype=torch.float64))
+
+
+@torch.library.register_fake("ssr::replay_weights")
+def _replay_weights_fake(logits, experts, score="softmax"):
+    return logits.new_empty(experts.shape, dtype=_weights_dtype(logits))
 
 
 @torch.library.register_fake("ssr::route_backward")
@@ -48,6 +53,18 @@ def route(logits, policy="selective", k=2, cost="linear", xi=0.5, tol=1e-4, max_
     return torch.ops.ssr.route(logits, policy, k, cost, xi, tol, max_iters, weights, p, noise_alpha, noise_sigma, seed,
                                step, layer, training, first_row, group_name(group), score, n_groups, topk_groups,
                                expert_bias)
+
+
+def replay_weights(logits, experts, score="softmax"):
+    """Returns the weights the softmax path gives `experts` (m x k, int32 or int64: recorded by an earlier
+    call) from `logits` (m x n): the score weights over the chosen experts, each row summing to 1, in the
+    logits' dtype (float32 for float16 and bfloat16), with the softmax path's gradient to the logits. The same formula as
+    the route's, so where the recorded call took the softmax path (or score weights) on the same logits, the
+    same bits. Raises RuntimeError on the CPU for an expert outside [0, n); on a GPU, which reads nothing
+    back, such a token's weights are NaN."""
+    if logits.device.type == "cuda" and "cuda" in _build.MISSING:
+        raise RuntimeError(f"ssr_torch: {_build.MISSING['cuda']}")
+    return torch.ops.ssr.replay_weights(logits, experts, score)
 
 
 def group_name(group):

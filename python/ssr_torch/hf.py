@@ -13,7 +13,7 @@ import importlib
 import torch
 import torch.nn.functional as F
 
-from .router import Router
+from .router import Router, _in_backward
 
 # Gates whose forward is softmax top-k over F.linear(hidden, weight), returning (logits, weights, experts):
 # the blocks that own them pass the gate's weights and experts straight to their experts module. Each with
@@ -42,11 +42,6 @@ class SsrGate:
         else:
             experts, weights = self.ssr(route_logits)
         return logits, weights.to(logits.dtype), experts
-
-
-def _in_backward():
-    # As torch.utils.module_tracker tells a forward run by backward from a plain one.
-    return not torch.compiler.is_compiling() and torch._C._current_graph_task_id() != -1
 
 
 _ssr_classes = {}

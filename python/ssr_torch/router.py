@@ -7,6 +7,11 @@ import torch.distributed as dist
 from ._ops import route
 from .losses import _SCORES, update_expert_bias
 
+
+def _in_backward():
+    # A forward that backward runs again (activation checkpointing), as torch.utils.module_tracker tells it.
+    return not torch.compiler.is_compiling() and torch._C._current_graph_task_id() != -1
+
 # The library's routers (ssr::make_policy): softmax top-k; Sinkhorn top-k on every training call; SSR,
 # Sinkhorn with probability p per training call. Evaluation always routes by softmax top-k.
 ROUTERS = ("softmax", "sinkhorn", "ssr")
@@ -36,6 +41,11 @@ class Router(torch.nn.Module):
     plan over the tokens of every rank of the group: every rank calls forward with the same options and
     step. A rank's tokens are global rows rank * m .. rank * m + m - 1 (ranks of equal batches, the
     data-parallel case) unless forward is given first_row (uneven batches: the rows of the lower ranks).
+
+    With `replay` (an ssr_torch.RouterReplay, e.g. from ssr_torch.attach_replay) recording, each call's
+    experts (and weights) are copied into its buffers; replaying, a call takes the recorded experts instead
+    of routing, with weights recomputed from its logits as the softmax path's, passing gradient (load and
+    info describe the replayed choice; the step counts as usual; no expert bias update).
 
     The selection rules of today's engines (docs/routers.md): score "sigmoid" (DeepSeek-V3) instead of
     "softmax"; group-limited top-k over n_groups equal groups of experts, keeping topk_groups; and with
@@ -91,6 +101,7 @@ class Router(torch.nn.Module):
         self.step = 0
         self.load = None
         self.info = None
+        self.replay = None  # an ssr_torch.RouterReplay that records or replays this Router's calls
 
     def forward(self, logits, step=None, first_row=None, expert_bias=None):
         """Routes logits (m x n: float32 or float64; on CUDA also float16 and bfloat16) to k experts per
@@ -106,6 +117,15 @@ class Router(torch.nn.Module):
         """
         call_step = self.step if step is None else step
         row = self.group_rank * logits.shape[0] if first_row is None else first_row
+        replay = self.replay
+        if replay is not None and replay.mode == "replay":
+            experts, weights = replay.read(logits, self.score, recompute=_in_backward())
+            self._count_call(step)
+            self.load = torch.zeros(logits.shape[1], dtype=torch.int32, device=logits.device).index_add_(
+                0, experts.reshape(-1), torch.ones(experts.numel(), dtype=torch.int32, device=logits.device))
+            self.info = torch.zeros(4, dtype=torch.float64, device=logits.device)
+            self.info[1] = 1  # softmax-path weights: they pass gradient
+            return experts, weights
         experts, weights, load, info = route(logits, self.router, self.k, self.cost, self.xi, self.tol, self.max_iters,
                                              self.weights, self.p, self.noise_alpha, self.noise_sigma, self.seed,
                                              call_step, self.layer, self.training, row, self.group, self.score,
@@ -113,10 +133,16 @@ class Router(torch.nn.Module):
                                              self.expert_bias if expert_bias is None else expert_bias)
         if self.training and self.bias_update_rate > 0:
             update_expert_bias(self.expert_bias, load, self.bias_update_rate, self.group)
+        self._count_call(step)
+        self.load, self.info = load, info
+        experts = experts.long()  # int64, as torch's topk, gather, scatter and one_hot take indices
+        if replay is not None and replay.mode == "record" and not _in_backward():  # a recompute was recorded
+            replay.write(experts, weights)
+        return experts, weights
+
+    def _count_call(self, step):
         if self.training and step is None:
             self.step += 1
-        self.load, self.info = load, info
-        return experts.long(), weights  # int64, as torch's topk, gather, scatter and one_hot take indices
 
     def get_extra_state(self):
         # What a resumed run needs to draw the same random numbers; a tensor, so that safetensors and

@@ -32,3 +32,10 @@ def test_the_readme_moe_snippet_routes_and_trains():
     out.square().mean().backward()
     assert layer.gate.weight.grad is not None and layer.gate.weight.grad.abs().sum() > 0  # a softmax step
     assert layer.router.step == 1
+
+
+def test_the_router_replay_how_to_runs():
+    page = (Path(__file__).resolve().parents[2] / "docs" / "howto-replay.md").read_text()
+    snippet = page.split("```python\n", 1)[1].split("```", 1)[0]
+    assert "replays.replay()" in snippet
+    exec(compile(snippet, "howto-replay.md", "exec"), {})  # noqa: S102  the page's own code, which asserts

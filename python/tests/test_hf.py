@@ -15,6 +15,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+import ssr_torch  # noqa: E402
 from ssr_torch.hf import SsrGate, replace_routers, restore_routers  # noqa: E402
 
 PYTHON_DIR = Path(__file__).resolve().parents[1]
@@ -290,3 +291,25 @@ def test_the_example_runs_on_its_generated_text_from_anywhere(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "from a generated text" in result.stdout
     assert re.search(r"^\| ssr \(p 0\.05\) +\| +\d+\.\d+ -> \d+\.\d+ \|", result.stdout, re.M), result.stdout
+
+
+def test_router_replay_replays_a_rollout_bit_for_bit():
+    """Recorded in evaluation (a rollout), replayed in training: the same experts and logits, bit for bit, where
+    SSR would route by its plan; the gradient reaches every gate."""
+    model = tiny_model()
+    routers = replace_routers(model, "ssr", p=1.0, seed=3)
+    replays = ssr_torch.attach_replay(model, tokens=2 * 16)
+    assert len(replays) == len(routers)
+    x = tokens(2, 16)
+    model.eval()
+    replays.record()
+    with torch.no_grad():
+        rollout = model(x).logits
+    loads = [r.load.clone() for r in routers]
+    model.train()
+    replays.replay()
+    out = model(x, labels=x)
+    assert torch.equal(out.logits, rollout)
+    assert all(torch.equal(r.load, load) for r, load in zip(routers, loads))
+    out.loss.backward()
+    assert all(torch.count_nonzero(block.gate.weight.grad) > 0 for block in moe_blocks(model))

@@ -174,3 +174,22 @@ def test_megatron_s_router_replay_records_ssr_s_experts_and_replays_them():
     replay.set_router_replay_action(RouterReplayAction.REPLAY_FORWARD)
     _, replayed_map = replaced.routing(logits_of(10))  # other logits, the recorded experts
     assert torch.equal(replayed_map, recorded_map)
+
+
+def test_router_replay_replays_the_recorded_routing():
+    megatron_router = make_router().eval()
+    ssr_megatron.replace_routers(megatron_router, "ssr", p=1.0)
+    replays = ssr_torch.attach_replay(megatron_router, tokens=96)
+    logits = logits_of(6)
+    replays.record()
+    probs, routing_map = megatron_router.routing(logits)
+    megatron_router.train()
+    replays.replay()
+    moved = (logits + 0.3 * logits_of(7)).requires_grad_()
+    replayed_probs, replayed_map = megatron_router.routing(logits)
+    assert torch.equal(replayed_map, routing_map) and torch.equal(replayed_probs, probs)
+    replays.replay()
+    moved_probs, moved_map = megatron_router.routing(moved)
+    assert torch.equal(moved_map, routing_map)
+    moved_probs.pow(2).sum().backward()
+    assert torch.count_nonzero(moved.grad) > 0

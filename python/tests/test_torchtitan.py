@@ -138,3 +138,19 @@ def test_checkpointed_recompute_routes_with_the_step_it_repeats():
             torch.utils.checkpoint.checkpoint(route, x, use_reentrant=False).sum().backward()
     assert router.step == 6
     assert all(torch.equal(seen[i], seen[i + 1]) for i in range(0, 12, 2))  # forward, then its recompute
+
+
+def test_router_replay_replays_the_recorded_routing():
+    titan = make_router().eval()
+    ssr_torchtitan.replace_routers(titan, "ssr", p=1.0)
+    replays = ssr_torch.attach_replay(titan, tokens=96)
+    x = inputs(3)
+    replays.record()
+    with torch.no_grad():
+        weights, experts, _ = titan(x)
+    titan.train()
+    replays.replay()
+    replayed_weights, replayed_experts, _ = titan(x)
+    assert torch.equal(replayed_experts, experts) and torch.equal(replayed_weights, weights)
+    replayed_weights.pow(2).sum().backward()
+    assert torch.count_nonzero(titan.gate.weight.grad) > 0
