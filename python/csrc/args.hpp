@@ -74,6 +74,17 @@ struct RouteArgs {
   }
 };
 
+// The call's step: the value of step_tensor where given (one int64 on the CPU, which torch.compile traces
+// as an input rather than a constant it would recompile for), else step.
+inline int64_t step_of(int64_t step, const c10::optional<at::Tensor>& step_tensor) {
+  if (!step_tensor.has_value()) return step;
+  const at::Tensor& t = *step_tensor;
+  TORCH_CHECK(t.numel() == 1 && t.scalar_type() == at::kLong && t.device().is_cpu(),
+              "ssr.route: step_tensor must hold one int64 value on the CPU, got ", t.numel(), " ", t.scalar_type(),
+              " values on ", t.device());
+  return t.item<int64_t>();
+}
+
 // The info tensor: [took the Sinkhorn path, weights pass gradient, iterations, marginal error].
 constexpr int64_t info_size = 4;
 

@@ -23,6 +23,7 @@ using RouteSignature = std::tuple<Tensor, Tensor, Tensor, Tensor>(const Tensor&,
                                                                   double, double, int64_t, std::string, double, double,
                                                                   double, int64_t, int64_t, int64_t, bool, int64_t,
                                                                   std::string, std::string, int64_t, int64_t,
+                                                                  const c10::optional<Tensor>&,
                                                                   const c10::optional<Tensor>&);
 
 using BackwardSignature = Tensor(const Tensor&, const Tensor&, const Tensor&, int64_t, bool,
@@ -43,18 +44,19 @@ const c10::TypedOperatorHandle<BackwardSignature>& route_backward_op() {
 // forward's info[1] says); experts, load and info are not differentiable.
 class Route : public torch::autograd::Function<Route> {
  public:
-  static constexpr int inputs = 21;  // the schema's arguments: backward returns a gradient (or none) for each
+  static constexpr int inputs = 22;  // the schema's arguments: backward returns a gradient (or none) for each
 
   static variable_list forward(AutogradContext* ctx, const Tensor& logits, std::string policy, int64_t k,
                                std::string cost, double xi, double tol, int64_t max_iters, std::string weights,
                                double p, double noise_alpha, double noise_sigma, int64_t seed, int64_t step,
                                int64_t layer, bool training, int64_t first_row, std::string group, std::string score,
-                               int64_t n_groups, int64_t topk_groups, const c10::optional<Tensor>& expert_bias) {
+                               int64_t n_groups, int64_t topk_groups, const c10::optional<Tensor>& expert_bias,
+                               const c10::optional<Tensor>& step_tensor) {
     at::AutoDispatchBelowADInplaceOrView below;
     auto [experts, routing_weights, load, info] =
         route_op().call(logits, std::move(policy), k, std::move(cost), xi, tol, max_iters, std::move(weights), p,
                         noise_alpha, noise_sigma, seed, step, layer, training, first_row, std::move(group), score,
-                        n_groups, topk_groups, expert_bias);
+                        n_groups, topk_groups, expert_bias, step_tensor);
     // The gradient of sigmoid score weights reads the logits.
     ctx->save_for_backward({experts, routing_weights, info, score == "sigmoid" ? logits : Tensor()});
     ctx->saved_data["n"] = logits.size(1);
@@ -83,19 +85,20 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> route_autograd(const Tensor& logits, 
                                                           double noise_sigma, int64_t seed, int64_t step, int64_t layer,
                                                           bool training, int64_t first_row, std::string group,
                                                           std::string score, int64_t n_groups, int64_t topk_groups,
-                                                          const c10::optional<Tensor>& expert_bias) {
+                                                          const c10::optional<Tensor>& expert_bias,
+                                                          const c10::optional<Tensor>& step_tensor) {
   if (!(torch::autograd::GradMode::is_enabled() && logits.requires_grad())) {
     // No gradient asked for: the kernel below autograd directly, without a graph node (Route::apply makes
     // one on every call, about 4 us on a few rows), as torch's own kernels do.
     at::AutoDispatchBelowADInplaceOrView below;
     return route_op().call(logits, std::move(policy), k, std::move(cost), xi, tol, max_iters, std::move(weights), p,
                            noise_alpha, noise_sigma, seed, step, layer, training, first_row, std::move(group),
-                           std::move(score), n_groups, topk_groups, expert_bias);
+                           std::move(score), n_groups, topk_groups, expert_bias, step_tensor);
   }
   const variable_list out =
       Route::apply(logits, std::move(policy), k, std::move(cost), xi, tol, max_iters, std::move(weights), p,
                    noise_alpha, noise_sigma, seed, step, layer, training, first_row, std::move(group), std::move(score),
-                   n_groups, topk_groups, expert_bias);
+                   n_groups, topk_groups, expert_bias, step_tensor);
   return {out[0], out[1], out[2], out[3]};
 }
 

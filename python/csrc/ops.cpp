@@ -71,9 +71,11 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> route_cpu(const Tensor& logits, std::
                                                      double noise_alpha, double noise_sigma, int64_t seed, int64_t step,
                                                      int64_t layer, bool training, int64_t first_row, std::string group,
                                                      std::string score, int64_t n_groups, int64_t topk_groups,
-                                                     const c10::optional<Tensor>& expert_bias) {
-  const RouteArgs a{std::move(policy), k,     std::move(cost), xi,   tol,  max_iters, std::move(weights), p,
-                    noise_alpha,       noise_sigma, seed,       step, layer, training,  first_row,
+                                                     const c10::optional<Tensor>& expert_bias,
+                                                     const c10::optional<Tensor>& step_tensor) {
+  const RouteArgs a{std::move(policy), k,           std::move(cost), xi,    tol,      max_iters, std::move(weights),
+                    p,                 noise_alpha, noise_sigma,     seed,  step_of(step, step_tensor),
+                    layer,             training,    first_row,
                     std::move(score),  n_groups,    topk_groups, expert_bias};
   return route_in_group(a, group, c10::Device(c10::kCPU), ssr::HostStream{}, [&] {
                           check_cpu_logits(logits);
@@ -135,7 +137,7 @@ TORCH_LIBRARY(ssr, m) {
       "route(Tensor logits, str policy='selective', int k=2, str cost='linear', float xi=0.5, float tol=1e-4, "
       "int max_iters=100, str weights='plan', float p=1e-3, float noise_alpha=0., float noise_sigma=1., int seed=0, "
       "int step=0, int layer=0, bool training=True, int first_row=0, str group='', str score='softmax', "
-      "int n_groups=1, int topk_groups=1, Tensor? expert_bias=None) "
+      "int n_groups=1, int topk_groups=1, Tensor? expert_bias=None, Tensor? step_tensor=None) "
       "-> (Tensor experts, Tensor weights, Tensor load, Tensor info)");
   m.def(
       "route_backward(Tensor grad_weights, Tensor experts, Tensor weights, int n, bool passes_gradient, "

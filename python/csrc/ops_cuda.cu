@@ -79,10 +79,12 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> route_cuda(const Tensor& logits, std:
                                                       double p, double noise_alpha, double noise_sigma, int64_t seed,
                                                       int64_t step, int64_t layer, bool training, int64_t first_row,
                                                       std::string group, std::string score, int64_t n_groups,
-                                                      int64_t topk_groups, const c10::optional<Tensor>& expert_bias) {
+                                                      int64_t topk_groups, const c10::optional<Tensor>& expert_bias,
+                                                      const c10::optional<Tensor>& step_tensor) {
   const c10::cuda::CUDAGuard device(logits.device());
-  const RouteArgs a{std::move(policy), k,     std::move(cost), xi,   tol,  max_iters, std::move(weights), p,
-                    noise_alpha,       noise_sigma, seed,       step, layer, training,  first_row,
+  const RouteArgs a{std::move(policy), k,           std::move(cost), xi,    tol,      max_iters, std::move(weights),
+                    p,                 noise_alpha, noise_sigma,     seed,  step_of(step, step_tensor),
+                    layer,             training,    first_row,
                     std::move(score),  n_groups,    topk_groups, expert_bias};
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(logits.get_device()).stream();
   return route_in_group(a, group, logits.device(), stream, [&] {

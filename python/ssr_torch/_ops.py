@@ -13,7 +13,7 @@ def _weights_dtype(logits):
 @torch.library.register_fake("ssr::route")
 def _route_fake(logits, policy="selective", k=2, cost="linear", xi=0.5, tol=1e-4, max_iters=100, weights="plan",
                 p=1e-3, noise_alpha=0.0, noise_sigma=1.0, seed=0, step=0, layer=0, training=True, first_row=0, group="",
-                score="softmax", n_groups=1, topk_groups=1, expert_bias=None):
+                score="softmax", n_groups=1, topk_groups=1, expert_bias=None, step_tensor=None):
     torch._check(logits.dim() == 2, lambda: f"ssr.route: logits must be 2-d, got {logits.dim()} dimensions")
     m, n = logits.shape
     return (logits.new_empty((m, k), dtype=torch.int32), logits.new_empty((m, k), dtype=_weights_dtype(logits)),
@@ -37,7 +37,9 @@ def route(logits, policy="selective", k=2, cost="linear", xi=0.5, tol=1e-4, max_
     ("softmax", "sinkhorn", "ssr" or "selective"). Returns experts (m x k, int32), weights (m x k, the
     logits' dtype, float32 for float16 and bfloat16; each row sums to 1), load (n, int32: tokens per expert)
     and info [took Sinkhorn, weights pass gradient, iterations, marginal error] (4, float64), all on the
-    logits' device. See ssr-route's options; training=False routes by softmax top-k.
+    logits' device. See ssr-route's options; training=False routes by softmax top-k. step may also be a
+    one-element int64 CPU tensor, read when the call runs: torch.compile then traces it as an input instead
+    of recompiling for each value.
 
     With group (a torch.distributed process group), the Sinkhorn path balances the plan over the tokens of
     every rank of the group, whose rows start at global row first_row; every rank makes the call.
@@ -50,9 +52,10 @@ def route(logits, policy="selective", k=2, cost="linear", xi=0.5, tol=1e-4, max_
     fewer than k experts), and for CUDA logits when this build has no CUDA kernels (ssr_torch.backends())."""
     if logits.device.type == "cuda" and "cuda" in _build.MISSING:
         raise RuntimeError(f"ssr_torch: {_build.MISSING['cuda']}")
+    step_tensor = step if isinstance(step, torch.Tensor) else None
     return torch.ops.ssr.route(logits, policy, k, cost, xi, tol, max_iters, weights, p, noise_alpha, noise_sigma, seed,
-                               step, layer, training, first_row, group_name(group), score, n_groups, topk_groups,
-                               expert_bias)
+                               0 if step_tensor is not None else step, layer, training, first_row, group_name(group),
+                               score, n_groups, topk_groups, expert_bias, step_tensor)
 
 
 def replay_weights(logits, experts, score="softmax"):

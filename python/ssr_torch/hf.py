@@ -35,7 +35,7 @@ class SsrGate:
         logits = F.linear(hidden_states, self.weight)
         # The operators take float32/float64 logits; transformers' gates also route in float.
         route_logits = logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
-        if self.ssr.training and self.ssr.step > 0 and _in_backward():
+        if self.ssr.training and _in_backward() and self.ssr.step > 0:
             # Gradient checkpointing runs the forward again inside backward: route it with the step it
             # recomputes, so that it draws the same random numbers and picks the same experts.
             experts, weights = self.ssr(route_logits, step=self.ssr.step - 1)

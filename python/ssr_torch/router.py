@@ -98,7 +98,9 @@ class Router(torch.nn.Module):
             self.expert_bias = None
         self.group = group
         self.group_rank = 0 if group is None else dist.get_rank(group)
-        self.step = 0
+        # The step counter as a CPU tensor that the operator reads when it runs: torch.compile traces it as
+        # an input (an int attribute would be a constant, recompiled for at every step).
+        self._step = torch.zeros((), dtype=torch.int64)
         self.load = None
         self.info = None
         self.replay = None  # an ssr_torch.RouterReplay that records or replays this Router's calls
@@ -115,7 +117,7 @@ class Router(torch.nn.Module):
         `info` (4, float64). Raises RuntimeError for logits the operator does not take (not 2-d, another
         dtype, a device without kernels, fewer than k experts).
         """
-        call_step = self.step if step is None else step
+        call_step = self._step if step is None else step
         row = self.group_rank * logits.shape[0] if first_row is None else first_row
         replay = self.replay
         if replay is not None and replay.mode == "replay":
@@ -142,7 +144,16 @@ class Router(torch.nn.Module):
 
     def _count_call(self, step):
         if self.training and step is None:
-            self.step += 1
+            self._step.add_(1)
+
+    @property
+    def step(self):
+        """The number of training calls counted so far (an int): the step of the next one."""
+        return int(self._step)
+
+    @step.setter
+    def step(self, value):
+        self._step.fill_(int(value))
 
     def get_extra_state(self):
         # What a resumed run needs to draw the same random numbers; a tensor, so that safetensors and

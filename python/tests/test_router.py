@@ -143,6 +143,29 @@ def test_compiled_moe_layer_matches_eager_without_graph_breaks():
     torch.testing.assert_close(grad_compiled, grad_eager)
 
 
+def test_a_compiled_router_counts_its_steps_without_recompiling():
+    """The step counter is traced as an input: one graph serves every step, each step drawing its own coin
+    (SSR's path) as the eager Router does."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    gate = torch.nn.Linear(16, 8)
+    x = torch.randn(64, 16)
+    compiled_router, eager_router = (ssr_torch.Router("ssr", k=2, p=0.5, noise_alpha=0.5).train() for _ in range(2))
+    compiled = torch.compile(lambda x: compiled_router(gate(x)) + (compiled_router.info,), fullgraph=True)
+    paths = set()
+    for _ in range(10):
+        experts, weights, info = compiled(x)
+        expected_experts, expected_weights = eager_router(gate(x))
+        assert torch.equal(experts, expected_experts) and torch.equal(weights, expected_weights)
+        paths.add(int(info[0]))
+    assert compiled_router.step == eager_router.step == 10
+    assert paths == {0, 1}  # both paths, from one graph
+    assert counters["stats"]["unique_graphs"] == 1
+
+
 def test_losses_match_their_formulas_and_are_differentiable():
     s = make_logits(30, 6, 4).requires_grad_()
     experts = torch.topk(s, 2, dim=1).indices
