@@ -15,6 +15,7 @@
 #endif
 
 #include "byte_lm.hpp"
+#include "paired.hpp"
 #include "corpus.hpp"
 #include "routers.hpp"
 #include "train.hpp"
@@ -425,4 +426,24 @@ TEST_CASE("smoe corpus: split and batches", "[smoe]") {
     REQUIRE(s.train.size() + s.valid.size() == 1115394);
     REQUIRE(s.valid.size() == 111539);
   }
+}
+
+TEST_CASE("paired differences: Student's t quantiles and the interval of a known sample", "[smoe]") {
+  // Quantiles to four places (R: qt(0.975, df)).
+  for (const auto& [df, q] : std::vector<std::pair<int, double>>{
+           {1, 12.7062}, {2, 4.3027}, {9, 2.2622}, {30, 2.0423}, {31, 2.0395}, {40, 2.0211}, {120, 1.9799}})
+    CHECK(smoe::t_quantile_975(df) == Approx(q).margin(1e-4));
+  CHECK_THROWS(smoe::t_quantile_975(0));
+  // Differences 0.5, 1.0, 0.1: mean 0.5333, sd 0.4509, interval mean -+ 4.3027 sd / sqrt(3).
+  const auto d = smoe::paired_difference({1.0, 2.0, 3.0}, {0.5, 1.0, 2.9});
+  CHECK(d.mean == Approx(0.5333333333));
+  CHECK(d.low == Approx(-0.5868264).margin(1e-4));
+  CHECK(d.high == Approx(1.6534931).margin(1e-4));
+  CHECK_FALSE(d.excludes_zero());
+  CHECK(smoe::paired_difference({1.1, 2.11, 3.12}, {1.0, 2.0, 3.0}).excludes_zero());  // 0.11 -+ 0.025
+  const auto one = smoe::paired_difference({2.0}, {1.5});
+  CHECK(one.mean == 0.5);
+  CHECK_FALSE(one.known());
+  CHECK(std::isnan(one.low));
+  CHECK_THROWS(smoe::paired_difference({1.0}, {1.0, 2.0}));
 }

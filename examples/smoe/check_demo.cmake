@@ -1,34 +1,36 @@
 # Runs ssr-smoe-demo in a tiny configuration and checks its table, CSV and SVG files.
 file(REMOVE_RECURSE "${OUT}")
-execute_process(COMMAND "${DEMO}" --steps 20 --routers softmax,sigmoid+bias,ssr-l --momentum 0.5 --out "${OUT}"
+execute_process(COMMAND "${DEMO}" --steps 20 --seeds 2 --routers softmax,sigmoid+bias,ssr-l --momentum 0.5 --out "${OUT}"
+  --json "${OUT}/results.json"
   RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT status EQUAL 0)
   message(FATAL_ERROR "ssr-smoe-demo exited with ${status}:\n${out}\n${err}")
 endif()
 foreach(row IN ITEMS "| router | val bits/byte | attacked | no capacity |" "| softmax | " "| sigmoid+bias | "
                     "| ssr-l | " "Mean output norm" "| router | layer 0 | layer 1 |" "expert capacity factor 1;"
-                    "Momentum SMoE, mu = 0.5")
+                    "Momentum SMoE, mu = 0.5" "Paired against softmax: the mean difference over 2 seeds of 20 steps"
+                    "| router | val bits/byte | attacked | load max/mean, validation | dropped %, validation |")
   string(FIND "${out}" "${row}" at)
   if(at EQUAL -1)
     message(FATAL_ERROR "the table has no row '${row}':\n${out}")
   endif()
 endforeach()
-string(FIND "${err}" "ssr-l         seed 0  step    20/20" at)
+string(FIND "${err}" "ssr-l         seed 1  step    20/20" at)
 if(at EQUAL -1)
   message(FATAL_ERROR "no final progress line on stderr:\n${err}")
 endif()
 
 file(STRINGS "${OUT}/steps.csv" lines)
 list(LENGTH lines count)
-if(NOT count EQUAL 61)  # header + 3 routers x 20 steps
-  message(FATAL_ERROR "steps.csv has ${count} lines, expected 61")
+if(NOT count EQUAL 121)  # header + 3 routers x 2 seeds x 20 steps
+  message(FATAL_ERROR "steps.csv has ${count} lines, expected 121")
 endif()
 list(GET lines 0 header)
 if(NOT header MATCHES "^router,seed,step,train_bits_per_byte,aux_loss,load_max_over_mean,load_cv,empty_experts,dropped,")
   message(FATAL_ERROR "steps.csv header: ${header}")
 endif()
-list(GET lines 60 last)
-if(NOT last MATCHES "^ssr-l,0,19,[0-9.]+,")
+list(GET lines 120 last)
+if(NOT last MATCHES "^ssr-l,1,19,[0-9.]+,")
   message(FATAL_ERROR "steps.csv last line: ${last}")
 endif()
 
@@ -41,4 +43,14 @@ foreach(chart IN ITEMS load loss)
     endif()
   endforeach()
 endforeach()
-message(STATUS "ssr-smoe-demo: table, steps.csv, load.svg and loss.svg as expected")
+# The JSON: each router's values per seed, and each paired difference's interval around its mean.
+file(READ "${OUT}/results.json" json)
+string(JSON seeds GET "${json}" seeds)
+string(JSON bpb_length LENGTH "${json}" routers ssr-l bpb)
+string(JSON mean GET "${json}" paired softmax ssr-l bpb mean)
+string(JSON low GET "${json}" paired softmax ssr-l bpb low)
+string(JSON high GET "${json}" paired softmax ssr-l bpb high)
+if(NOT seeds EQUAL 2 OR NOT bpb_length EQUAL 2 OR NOT (low LESS mean AND mean LESS high))
+  message(FATAL_ERROR "results.json: seeds ${seeds}, ${bpb_length} values, interval ${low} < ${mean} < ${high}?")
+endif()
+message(STATUS "ssr-smoe-demo: table, paired differences, steps.csv, load.svg, loss.svg and results.json as expected")

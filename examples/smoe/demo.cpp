@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <string>
@@ -23,6 +24,7 @@
 #endif
 
 #include "corpus.hpp"
+#include "paired.hpp"
 #include "routers.hpp"
 #include "svg.hpp"
 #include "train.hpp"
@@ -36,7 +38,7 @@ struct Args {
   std::vector<std::string> names;
   int seeds = 1;
   int threads = 1;
-  std::string out = "smoe-out", csv, data;
+  std::string out = "smoe-out", csv, data, json;
 };
 
 // The generated corpus: 1 MiB from a fixed seed, the same text whatever --seed says.
@@ -49,7 +51,8 @@ const char* usage =
     "  --routers LIST  comma-separated subset of the routers below (default: all)\n"
     "  --p P           SSR's Sinkhorn probability per layer and step (default 0.05, scaled for short runs)\n"
     "  --noise A       cost noise alpha of the -noise SSR variants (default 0.05)\n"
-    "  --seeds N       repeat with seeds S, S+1, ..., print mean +- standard deviation (default 1)\n"
+    "  --seeds N       repeat with seeds S, S+1, ..., print mean +- standard deviation, and each router's\n"
+    "                  difference to softmax top-k (and softmax+lb) seed by seed, with its 95% interval (default 1)\n"
     "  --seed S        first seed (default 0)\n"
     "  --batch M       tokens per step (default 256)\n"
     "  --seq-len L     a batch is M / L sequences of L consecutive predictions (default 32)\n"
@@ -63,6 +66,7 @@ const char* usage =
     "  --data FILE     train on FILE (90% train, 10% validation) instead of the generated corpus\n"
     "  --out DIR       output directory (default smoe-out)\n"
     "  --csv PATH      per-step metrics (default DIR/steps.csv)\n"
+    "  --json PATH     every router's results per seed and the paired differences, as JSON\n"
     "routers:\n";
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -106,6 +110,7 @@ Args parse(int argc, char** argv) {
     else if (flag == "--data") a.data = value;
     else if (flag == "--out") a.out = value;
     else if (flag == "--csv") a.csv = value;
+    else if (flag == "--json") a.json = value;
     else throw std::invalid_argument("unknown option " + flag + " (see --help)");
   }
   if (a.train.steps < 1 || a.seeds < 1 || a.train.batch < 1 || a.threads < 1 || a.train.seq_len < 1)
@@ -172,6 +177,149 @@ struct RouterRuns {
   std::string name;
   std::vector<smoe::RunResult> runs;  // one per seed
 };
+
+using Columns = std::map<std::string, std::vector<double>>;
+
+// A router's results, one value per seed under each metric's name.
+Columns columns_of(const RouterRuns& rr, int layers, double vanilla_ms) {
+  Columns col;
+  for (const smoe::RunResult& r : rr.runs) {
+      col["bpb"].push_back(r.eval_softmax.bits_per_byte);
+      col["bpb_attacked"].push_back(r.eval_attacked.bits_per_byte);
+      col["bpb_free"].push_back(r.eval_no_capacity.bits_per_byte);
+      col["bpb_sk"].push_back(r.eval_sinkhorn.bits_per_byte);
+      col["drop_train"].push_back(100 * r.train_dropped);
+      col["drop_val"].push_back(100 * r.eval_softmax.dropped);
+      for (int l = 0; l < layers; ++l)
+        col["norm" + std::to_string(l)].push_back(r.eval_softmax.output_norm[static_cast<std::size_t>(l)]);
+      col["train_mm"].push_back(r.train_max_over_mean);
+      col["val_mm"].push_back(r.eval_softmax.max_over_mean);
+      col["val_cv"].push_back(r.eval_softmax.cv);
+      col["empty"].push_back(r.eval_softmax.empty_experts);
+      col["sinkhorn"].push_back(r.sinkhorn_calls);
+      col["ms"].push_back(1e3 * r.seconds_per_step);
+      col["routing_ms"].push_back(1e3 * r.routing_seconds_per_step);
+      if (vanilla_ms > 0) col["ratio"].push_back(1e3 * r.seconds_per_step / vanilla_ms);
+    }
+  return col;
+}
+
+// The routers each router is compared with, seed by seed, where the run has them: softmax top-k, and the
+// same with the load-balancing loss.
+const char* const references[] = {"softmax", "softmax+lb"};
+
+// The metrics compared seed by seed: column name, heading, decimals.
+struct PairedMetric {
+  const char* column;
+  const char* heading;
+  int decimals;
+};
+const PairedMetric paired_metrics[] = {{"bpb", "val bits/byte", 4},
+                                       {"bpb_attacked", "attacked", 4},
+                                       {"val_mm", "load max/mean, validation", 3},
+                                       {"drop_val", "dropped %, validation", 2}};
+
+// "+0.0123 [-0.0040, +0.0286]", with " *" where the interval excludes zero.
+std::string interval(const smoe::PairedDifference& d, int decimals) {
+  if (!d.known()) return "-";
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "%+.*f [%+.*f, %+.*f]%s", decimals, d.mean, decimals, d.low, decimals, d.high,
+                d.excludes_zero() ? " *" : "");
+  return buf;
+}
+
+// Each router's paired differences to each reference the run has, as Markdown tables.
+std::string paired_tables(const std::vector<RouterRuns>& results, std::map<std::string, Columns>& columns,
+                          const Args& args) {
+  std::ostringstream t;
+  for (const char* ref : references) {
+    if (columns.count(ref) == 0) continue;
+    t << "\nPaired against " << ref << ": the mean difference over " << args.seeds << " seeds of "
+      << args.train.steps << " steps (each router trained with the same seeds, data order and initialisation) "
+      << "and its 95% interval (paired t, " << args.seeds - 1 << " degrees of freedom); * the interval excludes zero\n\n"
+      << "| router |";
+    for (const PairedMetric& metric : paired_metrics) t << " " << metric.heading << " |";
+    t << "\n|---|";
+    for (std::size_t i = 0; i < std::size(paired_metrics); ++i) t << "---|";
+    t << "\n";
+    for (const RouterRuns& rr : results) {
+      if (rr.name == ref) continue;
+      t << "| " << rr.name << " |";
+      for (const PairedMetric& metric : paired_metrics) {
+        const bool shown = args.train.attack > 0 || std::string(metric.column) != "bpb_attacked";
+        t << " "
+          << (shown ? interval(smoe::paired_difference(columns[rr.name][metric.column], columns[ref][metric.column]),
+                               metric.decimals)
+                    : std::string("-"))
+          << " |";
+      }
+      t << "\n";
+    }
+  }
+  return t.str();
+}
+
+void json_number(std::ostream& os, double v) {
+  if (std::isfinite(v)) {
+    os << v;
+  } else {
+    os << "null";
+  }
+}
+
+// The setup, every router's values per seed, and the paired differences, as JSON.
+void write_json(const std::string& path, const Args& args, const std::vector<RouterRuns>& results,
+                std::map<std::string, Columns>& columns) {
+  std::ofstream os(path);
+  os.precision(10);
+  os << "{\"seeds\": " << args.seeds << ", \"first_seed\": " << args.train.seed << ", \"steps\": " << args.train.steps
+     << ", \"batch\": " << args.train.batch << ", \"p\": " << args.routers.p << ", \"capacity\": " << args.routers.capacity
+     << ", \"data\": \"" << (args.data.empty() ? "generated corpus" : args.data) << "\",\n \"routers\": {";
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    os << (i ? ",\n  " : "\n  ") << "\"" << results[i].name << "\": {";
+    bool first = true;
+    for (const auto& [metric, values] : columns[results[i].name]) {
+      os << (first ? "" : ", ") << "\"" << metric << "\": [";
+      for (std::size_t s = 0; s < values.size(); ++s) {
+        if (s) os << ", ";
+        json_number(os, values[s]);
+      }
+      os << "]";
+      first = false;
+    }
+    os << "}";
+  }
+  os << "},\n \"paired\": {";
+  bool first_ref = true;
+  for (const char* ref : references) {
+    if (columns.count(ref) == 0) continue;
+    os << (first_ref ? "\n  " : ",\n  ") << "\"" << ref << "\": {";
+    first_ref = false;
+    bool first_router = true;
+    for (const RouterRuns& rr : results) {
+      if (rr.name == ref) continue;
+      os << (first_router ? "" : ", ") << "\"" << rr.name << "\": {";
+      first_router = false;
+      bool first_metric = true;
+      for (const PairedMetric& metric : paired_metrics) {
+        const smoe::PairedDifference d =
+            smoe::paired_difference(columns[rr.name][metric.column], columns[ref][metric.column]);
+        os << (first_metric ? "" : ", ") << "\"" << metric.column << "\": {\"mean\": ";
+        json_number(os, d.mean);
+        os << ", \"low\": ";
+        json_number(os, d.low);
+        os << ", \"high\": ";
+        json_number(os, d.high);
+        os << ", \"excludes_zero\": " << (d.excludes_zero() ? "true" : "false") << "}";
+        first_metric = false;
+      }
+      os << "}";
+    }
+    os << "}";
+  }
+  os << "}}\n";
+  if (!os) throw std::runtime_error("cannot write " + path);
+}
 
 }  // namespace
 
@@ -257,26 +405,10 @@ int main(int argc, char** argv) try {
   norms << "\n|---|";
   for (int l = 0; l < m.layers; ++l) norms << "---|";
   norms << "\n";
+  std::map<std::string, Columns> columns;  // router -> metric -> one value per seed
+  for (const RouterRuns& rr : results) columns[rr.name] = columns_of(rr, m.layers, vanilla_ms);
   for (const RouterRuns& rr : results) {
-    std::map<std::string, std::vector<double>> col;
-    for (const smoe::RunResult& r : rr.runs) {
-      col["bpb"].push_back(r.eval_softmax.bits_per_byte);
-      col["bpb_attacked"].push_back(r.eval_attacked.bits_per_byte);
-      col["bpb_free"].push_back(r.eval_no_capacity.bits_per_byte);
-      col["bpb_sk"].push_back(r.eval_sinkhorn.bits_per_byte);
-      col["drop_train"].push_back(100 * r.train_dropped);
-      col["drop_val"].push_back(100 * r.eval_softmax.dropped);
-      for (int l = 0; l < m.layers; ++l)
-        col["norm" + std::to_string(l)].push_back(r.eval_softmax.output_norm[static_cast<std::size_t>(l)]);
-      col["train_mm"].push_back(r.train_max_over_mean);
-      col["val_mm"].push_back(r.eval_softmax.max_over_mean);
-      col["val_cv"].push_back(r.eval_softmax.cv);
-      col["empty"].push_back(r.eval_softmax.empty_experts);
-      col["sinkhorn"].push_back(r.sinkhorn_calls);
-      col["ms"].push_back(1e3 * r.seconds_per_step);
-      col["routing_ms"].push_back(1e3 * r.routing_seconds_per_step);
-      if (vanilla_ms > 0) col["ratio"].push_back(1e3 * r.seconds_per_step / vanilla_ms);
-    }
+    Columns& col = columns[rr.name];
     const bool attacked = args.train.attack > 0, capped = args.routers.capacity > 0;
     table << "| " << rr.name << " | " << summary(col["bpb"], 3) << " | "
           << (attacked ? summary(col["bpb_attacked"], 3) : std::string("-")) << " | "
@@ -290,8 +422,10 @@ int main(int argc, char** argv) try {
     for (int l = 0; l < m.layers; ++l) norms << " " << summary(col["norm" + std::to_string(l)], 3) << " |";
     norms << "\n";
   }
-  std::cout << table.str() << "\nMean output norm |SMoE_l(x_l)| of each block on the validation text:\n"
+  const std::string paired = args.seeds >= 2 ? paired_tables(results, columns, args) : std::string();
+  std::cout << table.str() << paired << "\nMean output norm |SMoE_l(x_l)| of each block on the validation text:\n"
             << norms.str() << std::flush;
+  if (!args.json.empty()) write_json(args.json, args, results, columns);
 
   // Expert load over training: max/mean per step, mean over layers and seeds, smoothed.
   const auto steps = static_cast<std::size_t>(args.train.steps), window = std::max<std::size_t>(1, steps / 20);
@@ -311,7 +445,7 @@ int main(int argc, char** argv) try {
                          "training step", "max / mean tokens per expert", load);
   smoe::write_line_chart(loss_svg, "Training loss (moving average over " + std::to_string(window) + " steps)",
                          "training step", "bits per byte", loss);
-  std::ofstream(args.out + "/summary.md") << setup.str() << table.str() << "\nMean output norm of each block:\n"
+  std::ofstream(args.out + "/summary.md") << setup.str() << table.str() << paired << "\nMean output norm of each block:\n"
                                            << norms.str();
 
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
@@ -323,6 +457,7 @@ int main(int argc, char** argv) try {
             << args.train.batch << " tokens, no parameter update.\n"
             << "routing ms/step: gate products, router (route and backward), grouping by expert, auxiliary losses.\n"
             << "wrote " << args.csv << ", " << load_svg << ", " << loss_svg << ", " << args.out << "/summary.md"
+            << (args.json.empty() ? "" : ", " + args.json)
             << " (" << static_cast<int>(wall + 0.5) << " s)\n";
 } catch (const std::exception& e) {
   std::cerr << "ssr-smoe-demo: " << e.what() << "\n";
