@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "reference.hpp"
+#include "ssr/math/noise.hpp"
 #include "support.hpp"
 
 using ssr::Context;
@@ -83,6 +84,27 @@ TEST_CASE("noise streams depend on seed, layer and step, and only on them", "[no
   CHECK(test::route(policy, s, m, n, Context::train(2, 2, 3)).noise != base.noise);
   CHECK(test::route(policy, s, m, n, Context::train(1, 3, 3)).noise != base.noise);
   CHECK(test::route(policy, s, m, n, Context::train(1, 2, 4)).noise != base.noise);
+}
+
+TEST_CASE("a row's noise read in order, backwards or again gives each element's noise_value bits", "[noise]") {
+  ssr::RouteSpec spec;
+  spec.noise_alpha = 0.7;
+  spec.noise_sigma = 1.3;
+  const Context ctx = Context::train(5, 2, 9).at_row(1001);
+  for (const ssr::index_t n : {1, 3, 8, 17}) {
+    for (const ssr::index_t row : {0, 1, 6}) {
+      const ssr::math::RowNoise z(spec, ctx, row, n);
+      std::vector<double> forwards, backwards;
+      for (ssr::index_t j = 0; j < n; ++j) forwards.push_back(z(j));
+      for (ssr::index_t j = n; j-- > 0;) backwards.push_back(z(j));
+      for (ssr::index_t j = 0; j < n; ++j) {
+        const double expected = ssr::math::noise_value(spec, ctx, row, n, j);
+        INFO("n " << n << " row " << row << " j " << j);
+        CHECK(forwards[static_cast<std::size_t>(j)] == expected);
+        CHECK(backwards[static_cast<std::size_t>(n - 1 - j)] == expected);
+      }
+    }
+  }
 }
 
 TEST_CASE("the selective policy takes the Sinkhorn path with frequency p", "[selective]") {

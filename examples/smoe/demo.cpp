@@ -51,6 +51,7 @@ const char* usage =
     "  --routers LIST  comma-separated subset of the routers below (default: all)\n"
     "  --p P           SSR's Sinkhorn probability per layer and step (default 0.05, scaled for short runs)\n"
     "  --noise A       cost noise alpha of the -noise SSR variants (default 0.05)\n"
+    "  --xi XI         the Sinkhorn routers' xi (default: each one's own, in its description below)\n"
     "  --seeds N       repeat with seeds S, S+1, ..., print mean +- standard deviation, and each router's\n"
     "                  difference to softmax top-k (and softmax+lb) seed by seed, with its 95% interval (default 1)\n"
     "  --seed S        first seed (default 0)\n"
@@ -98,6 +99,7 @@ Args parse(int argc, char** argv) {
     else if (flag == "--routers") a.names = split_list(value);
     else if (flag == "--p") a.routers.p = std::stod(value);
     else if (flag == "--noise") a.routers.noise_alpha = std::stod(value);
+    else if (flag == "--xi") a.routers.xi = std::stod(value);
     else if (flag == "--seeds") a.seeds = std::stoi(value);
     else if (flag == "--seed") a.train.seed = std::stoull(value);
     else if (flag == "--batch") a.train.batch = std::stol(value);
@@ -118,11 +120,19 @@ Args parse(int argc, char** argv) {
   if (!(a.routers.capacity >= 0) || !std::isfinite(a.routers.capacity))
     throw std::invalid_argument("--capacity must be finite and >= 0");
   if (!(a.train.attack >= 0 && a.train.attack <= 1)) throw std::invalid_argument("--attack must lie in [0, 1]");
+  if (!(a.routers.xi >= 0) || !std::isfinite(a.routers.xi)) throw std::invalid_argument("--xi must be > 0 (or 0: each router's own)");
   if (!std::isfinite(a.model.momentum) || !std::isfinite(a.model.step_size))
     throw std::invalid_argument("--momentum and --step-size must be finite");
   for (const std::string& name : a.names) smoe::with_router(name, a.routers, [](auto&&...) {});  // names exist
   if (a.csv.empty()) a.csv = a.out + "/steps.csv";
   return a;
+}
+
+// A number as the stream writes it ("0.05", not "0.050000").
+std::string shortest(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
 }
 
 // Mean and sample standard deviation, printed as "mean" or "mean ± sd".
@@ -177,6 +187,37 @@ struct RouterRuns {
   std::string name;
   std::vector<smoe::RunResult> runs;  // one per seed
 };
+
+// Each router's training loss minus the reference's, seed by seed, each seed's difference smoothed; per
+// step the mean over seeds and its 95% interval (paired t), for the loss chart.
+std::vector<smoe::Series> loss_differences(const std::vector<RouterRuns>& results, const RouterRuns& reference,
+                                           std::size_t window) {
+  std::vector<smoe::Series> out;
+  for (const RouterRuns& rr : results) {
+    if (&rr == &reference) continue;
+    std::vector<std::vector<double>> seeds;  // smoothed differences, one per seed
+    for (std::size_t s = 0; s < rr.runs.size(); ++s) {
+      std::vector<double> d(rr.runs[s].history.size());
+      for (std::size_t i = 0; i < d.size(); ++i)
+        d[i] = rr.runs[s].history[i].train_bits - reference.runs[s].history[i].train_bits;
+      seeds.push_back(moving_average(d, window));
+    }
+    smoe::Series series{rr.name, {}, {}, {}};
+    const std::vector<double> zeros(seeds.size(), 0.0);
+    for (std::size_t i = 0; i < seeds.front().size(); ++i) {
+      std::vector<double> at(seeds.size());
+      for (std::size_t s = 0; s < seeds.size(); ++s) at[s] = seeds[s][i];
+      const smoe::PairedDifference d = smoe::paired_difference(at, zeros);
+      series.y.push_back(d.mean);
+      if (d.known()) {
+        series.low.push_back(d.low);
+        series.high.push_back(d.high);
+      }
+    }
+    out.push_back(std::move(series));
+  }
+  return out;
+}
 
 using Columns = std::map<std::string, std::vector<double>>;
 
@@ -273,7 +314,8 @@ void write_json(const std::string& path, const Args& args, const std::vector<Rou
   std::ofstream os(path);
   os.precision(10);
   os << "{\"seeds\": " << args.seeds << ", \"first_seed\": " << args.train.seed << ", \"steps\": " << args.train.steps
-     << ", \"batch\": " << args.train.batch << ", \"p\": " << args.routers.p << ", \"capacity\": " << args.routers.capacity
+     << ", \"batch\": " << args.train.batch << ", \"p\": " << args.routers.p << ", \"xi\": " << args.routers.xi
+     << ", \"noise_alpha\": " << args.routers.noise_alpha << ", \"capacity\": " << args.routers.capacity
      << ", \"data\": \"" << (args.data.empty() ? "generated corpus" : args.data) << "\",\n \"routers\": {";
   for (std::size_t i = 0; i < results.size(); ++i) {
     os << (i ? ",\n  " : "\n  ") << "\"" << results[i].name << "\": {";
@@ -349,7 +391,10 @@ int main(int argc, char** argv) try {
         << args.train.adam.lr << ", " << args.train.batch << " tokens per step, " << args.train.steps << " steps, "
         << args.seeds << (args.seeds == 1 ? " seed" : " seeds") << " from " << args.train.seed << "\n"
         << "SSR: Sinkhorn with probability p = " << args.routers.p << " per layer and step; noise alpha = "
-        << args.routers.noise_alpha << " in the -noise variants; expert bias rate " << args.routers.bias_rate << "\n"
+        << args.routers.noise_alpha << " in the -noise variants; "
+        << (args.routers.xi > 0 ? "xi = " + shortest(args.routers.xi) + " for every Sinkhorn router"
+                                : std::string("each Sinkhorn router's own xi"))
+        << "; expert bias rate " << args.routers.bias_rate << "\n"
         << "batches of " << args.train.batch / args.train.seq_len << " sequences of " << args.train.seq_len
         << " predictions; expert capacity factor " << args.routers.capacity
         << (args.routers.capacity > 0 ? "" : " (none)") << "; residual "
@@ -437,14 +482,25 @@ int main(int argc, char** argv) try {
         mm[i] += r.history[i].max_over_mean / static_cast<double>(rr.runs.size());
         bits[i] += r.history[i].train_bits / static_cast<double>(rr.runs.size());
       }
-    load.push_back({rr.name, moving_average(mm, window)});
-    loss.push_back({rr.name, moving_average(bits, window)});
+    load.push_back({rr.name, moving_average(mm, window), {}, {}});
+    loss.push_back({rr.name, moving_average(bits, window), {}, {}});
   }
   const std::string load_svg = args.out + "/load.svg", loss_svg = args.out + "/loss.svg";
-  smoe::write_line_chart(load_svg, "Expert load during training (moving average over " + std::to_string(window) + " steps)",
-                         "training step", "max / mean tokens per expert", load);
-  smoe::write_line_chart(loss_svg, "Training loss (moving average over " + std::to_string(window) + " steps)",
-                         "training step", "bits per byte", loss);
+  const std::string smoothing = "moving average over " + std::to_string(window) + " steps";
+  smoe::write_line_chart(load_svg, "Expert load during training (" + smoothing + ")", "training step",
+                         "max / mean tokens per expert", load);
+  const auto vanilla = std::find_if(results.begin(), results.end(), [](const RouterRuns& rr) { return rr.name == "softmax"; });
+  if (vanilla != results.end() && results.size() > 1) {
+    // The curves overlap after the first steps: draw each router's difference to softmax top-k instead.
+    smoe::write_line_chart(loss_svg,
+                           "Training loss minus softmax top-k's, seed by seed (" + smoothing +
+                               (args.seeds >= 2 ? "; band: 95% interval over " + std::to_string(args.seeds) + " seeds)"
+                                                : ")"),
+                           "training step", "bits per byte, router - softmax", loss_differences(results, *vanilla, window),
+                           /*zero_line=*/true);
+  } else {
+    smoe::write_line_chart(loss_svg, "Training loss (" + smoothing + ")", "training step", "bits per byte", loss);
+  }
   std::ofstream(args.out + "/summary.md") << setup.str() << table.str() << paired << "\nMean output norm of each block:\n"
                                            << norms.str();
 

@@ -18,6 +18,7 @@ struct RouterSettings {
   double noise_alpha = 0.05; // SSR's cost noise alpha * eps, eps ~ N(0, 1), in the "-noise" variants
   double bias_rate = 1e-3;   // the expert-bias update rate u of the "+bias" routers (DeepSeek-V3's)
   double capacity = 0;       // expert capacity factor of every router's layers; 0: none
+  double xi = 0;             // the Sinkhorn routers' xi; 0: each one's own (S-BASE 1, SSR-L 0.5, SSR-S 0.1)
 };
 
 struct RouterName {
@@ -74,12 +75,13 @@ void with_router(const std::string& name, const RouterSettings& s, F&& f) {
   }
   if (name == "ssr-l-sigmoid") {
     c.router = "ssr";
+    if (s.xi > 0) c.sinkhorn.xi = s.xi;
     return f(ssr::make_policy(c), plain);
   }
   c.select = {};
   if (name == "sinkhorn") {  // S-BASE: Sinkhorn every step, score weights
     c.router = "sinkhorn";
-    c.sinkhorn.xi = 1.0;
+    c.sinkhorn.xi = s.xi > 0 ? s.xi : 1.0;
     c.weights = ssr::Weights::scores;
     return f(ssr::make_policy(c), plain);
   }
@@ -89,7 +91,7 @@ void with_router(const std::string& name, const RouterSettings& s, F&& f) {
   if (!suffix.empty() && suffix != "-noise") throw std::invalid_argument("unknown router '" + name + "'");
   c.router = "ssr";
   c.cost = linear ? ssr::Cost::linear : ssr::Cost::softmax;
-  c.sinkhorn.xi = linear ? 0.5 : 0.1;  // softmax costs lie in [0, 1]
+  c.sinkhorn.xi = s.xi > 0 ? s.xi : linear ? 0.5 : 0.1;  // softmax costs lie in [0, 1]
   c.noise_alpha = suffix.empty() ? 0.0 : s.noise_alpha;
   return f(ssr::make_policy(c), plain);
 }
