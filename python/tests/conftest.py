@@ -26,6 +26,22 @@ def make_logits(m, n, seed, skew=3.0, dtype=torch.float64):
     return (torch.randn(m, n, generator=gen, dtype=torch.float64) - skew * torch.arange(n, dtype=torch.float64) / n).to(dtype)
 
 
+def run_ranks(worker, args, nprocs, timeout=240):
+    """Runs worker(rank, *args) in nprocs spawned processes and waits for them, failing the test (and killing
+    them) if they have not finished within timeout seconds: a hang."""
+    import time
+
+    import torch.multiprocessing as mp
+
+    context = mp.start_processes(worker, args=args, nprocs=nprocs, join=False, start_method="spawn")
+    deadline = time.monotonic() + timeout
+    while not context.join(timeout=5):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail(f"the ranks did not finish within {timeout} s (a hang)")
+
+
 @pytest.fixture
 def logits():
     return make_logits

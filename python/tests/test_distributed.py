@@ -1,15 +1,13 @@
 """Global balance over a torch.distributed group: two Gloo processes, each routing its rows, reach the plan of
 one process routing all of them, take the same decisions, and share every error (never a hang)."""
 import os
-import time
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import ssr_torch
-from conftest import make_logits
+from conftest import make_logits, run_ranks
 
 RANKS = 2
 ROWS = (70, 50)  # uneven shards of 120 rows
@@ -57,14 +55,7 @@ def _worker(rank, store, out):
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
     out = tmp_path_factory.mktemp("gloo")
-    context = mp.start_processes(_worker, args=(str(out / "store"), str(out)), nprocs=RANKS, join=False,
-                                 start_method="spawn")
-    deadline = time.monotonic() + 240
-    while not context.join(timeout=5):
-        if time.monotonic() > deadline:
-            for process in context.processes:
-                process.kill()
-            pytest.fail("the ranks did not finish within 240 s (a hang)")
+    run_ranks(_worker, (str(out / "store"), str(out)), RANKS)
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(RANKS)]
 
 

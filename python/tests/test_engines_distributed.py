@@ -2,15 +2,14 @@
 group and a torchtitan TokenChoiceTopKRouter given the world group each route their rank's tokens, and together
 reach the Sinkhorn plan of one process routing every token."""
 import os
-import time
 import warnings
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import ssr_torch
+from conftest import run_ranks
 
 RANKS, EXPERTS, SEQ, BATCH, DIM = 2, 8, 12, 2, 16
 
@@ -83,14 +82,7 @@ def _worker(rank, store, out, engine):
 
 
 def _run(tmp_path, engine):
-    context = mp.start_processes(_worker, args=(str(tmp_path / "store"), str(tmp_path), engine), nprocs=RANKS,
-                                 join=False, start_method="spawn")
-    deadline = time.monotonic() + 240
-    while not context.join(timeout=5):
-        if time.monotonic() > deadline:
-            for process in context.processes:
-                process.kill()
-            pytest.fail("the ranks did not finish within 240 s (a hang)")
+    run_ranks(_worker, (str(tmp_path / "store"), str(tmp_path), engine), RANKS)
     results = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(RANKS)]
     for r in results:
         assert "error" not in r, r["error"]
