@@ -22,7 +22,8 @@ class RouterReplay:
     A forward that backward runs again (activation checkpointing) records nothing new and replays the rows
     of the forward it recomputes, in the order those forwards ran. A call allocates nothing here beyond its
     own outputs, so a recording or replaying call can be captured in a CUDA graph (the rows it writes or
-    reads are those of the capture).
+    reads are those of the capture). The experts a replaying call returns are a view of the buffers: the
+    next record() overwrites them, so copy what must outlive it.
     """
 
     def __init__(self, tokens, k, device=None, record_weights=False, weights_dtype=torch.float32):
@@ -59,7 +60,7 @@ class RouterReplay:
         rows = self._take(experts.shape, "record", self.experts.shape[0])
         self.experts[rows].copy_(experts)
         if self.weights is not None:
-            self.weights[rows].copy_(weights)
+            self.weights[rows].copy_(weights.detach())  # records, not part of this call's graph
         self.recorded = self.offset
 
     def read(self, logits, score, recompute):

@@ -12,6 +12,7 @@ def _in_backward():
     # A forward that backward runs again (activation checkpointing), as torch.utils.module_tracker tells it.
     return not torch.compiler.is_compiling() and torch._C._current_graph_task_id() != -1
 
+
 # The library's routers (ssr::make_policy): softmax top-k; Sinkhorn top-k on every training call; SSR,
 # Sinkhorn with probability p per training call. Evaluation always routes by softmax top-k.
 ROUTERS = ("softmax", "sinkhorn", "ssr")
@@ -100,7 +101,7 @@ class Router(torch.nn.Module):
         self.group_rank = 0 if group is None else dist.get_rank(group)
         # The step counter as a CPU tensor that the operator reads when it runs: torch.compile traces it as
         # an input (an int attribute would be a constant, recompiled for at every step).
-        self._step = torch.zeros((), dtype=torch.int64)
+        self._step = torch.zeros((), dtype=torch.int64, device="cpu")
         self.load = None
         self.info = None
         self.replay = None  # an ssr_torch.RouterReplay that records or replays this Router's calls
@@ -154,6 +155,13 @@ class Router(torch.nn.Module):
     @step.setter
     def step(self, value):
         self._step.fill_(int(value))
+
+    def __setstate__(self, state):
+        # A Router pickled by an earlier version holds its step as an int and no replay.
+        if "_step" not in state:
+            state["_step"] = torch.tensor(int(state.pop("step", 0)), dtype=torch.int64, device="cpu")
+        state.setdefault("replay", None)
+        super().__setstate__(state)
 
     def get_extra_state(self):
         # What a resumed run needs to draw the same random numbers; a tensor, so that safetensors and

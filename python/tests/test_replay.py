@@ -169,3 +169,15 @@ def test_a_replayed_call_is_captured_in_a_cuda_graph():
     torch.cuda.synchronize()
     assert torch.equal(experts, expected)
     assert torch.equal(weights, ssr_torch.replay_weights(fresh, expected))
+
+
+def test_recorded_weights_leave_the_graph_and_the_model_copies():
+    import copy
+
+    block = Block().train()
+    replays = ssr_torch.attach_replay(block, tokens=32, record_weights=True)
+    replays.record()
+    block(make_logits(32, 8, 3, dtype=torch.float32).requires_grad_()).backward()  # a training forward recorded
+    assert not replays[0].weights.requires_grad and replays[0].weights.grad_fn is None
+    twin = copy.deepcopy(block)
+    assert torch.equal(twin.router.replay.experts, replays[0].experts) and twin.router.step == block.router.step

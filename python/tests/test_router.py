@@ -207,3 +207,23 @@ def test_every_public_function_says_what_it_returns():
 
 def test_version_is_the_libraries():
     assert ssr_torch.__version__.count(".") == 2
+
+
+def test_a_router_pickled_with_an_int_step_loads():
+    import pickle
+
+    router = ssr_torch.Router("ssr", p=0.5).train()
+    state = router.__dict__.copy()
+    del state["_step"], state["replay"]
+    state["step"] = 7  # as an earlier version pickled it
+    old = ssr_torch.Router.__new__(ssr_torch.Router)
+    old.__setstate__(pickle.loads(pickle.dumps(state)))
+    assert old.step == 7 and old.replay is None
+    old(make_logits(16, 8, 1))
+    assert old.step == 8
+
+
+def test_the_step_counter_stays_on_the_cpu_whatever_the_default_device():
+    with torch.device("meta"):
+        router = ssr_torch.Router("softmax")
+    assert router._step.device.type == "cpu" and router.step == 0

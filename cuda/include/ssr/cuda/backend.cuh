@@ -95,9 +95,7 @@ class CudaBackend {
       if (!options.communicator && cuda::sinkhorn_solve(b.sinkhorn, m, n, spec.sinkhorn, stream)) {
         info.pending = &b.sinkhorn.state->stats;
       } else {  // one launch a step, the decision read back now and then (docs/distributed.md for ranks)
-        const auto read = [this, stream](const thrust_kernels::SolveState* state) {
-          return state_.read(state, stream);
-        };
+        const auto read = [stream](const thrust_kernels::SolveState* state) { return cuda::read_back(state, stream); };
         const int decide_every = cuda::capturing(stream) ? 0 : CudaTuning::steps_decide_every;
         const SolveStats stats = alg::sinkhorn_iterate(exec, b.sinkhorn, m, rows, n, spec.sinkhorn,
                                                        options.communicator, stream, decide_every, read);
@@ -134,7 +132,7 @@ class CudaBackend {
   }
 
   // Waits for the stream and reads the solve statistics of a call that returned without them.
-  void wait(RouteInfo& info, const options_type& options) { info.set(stats_.read(info.pending, options.stream)); }
+  void wait(RouteInfo& info, const options_type& options) { info.set(cuda::read_back(info.pending, options.stream)); }
 
  private:
   struct Layout {
@@ -156,8 +154,6 @@ class CudaBackend {
   }
 
   cuda::DeviceBuffer own_;
-  cuda::PinnedSlot<thrust_kernels::SolveState> state_;  // a solve's state, read back where the host decides
-  cuda::PinnedSlot<SolveStats> stats_;                  // a pending call's statistics, read by wait
 };
 
 }  // namespace ssr

@@ -2,12 +2,13 @@
 // more and is reused after, so a warmed-up call allocates nothing. It belongs to the device it was
 // allocated on (a call on another device frees it and allocates there), and it grows outside stream capture
 // only: memory allocated in a capture would belong to the graph. It serves one call at a time: calls on
-// different streams at once bring their own workspaces. And a pinned slot for the values it reads back.
+// different streams at once bring their own workspaces. And the pinned memory its read-backs go through.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstring>
 #include <utility>
 
 #include "ssr/cuda/check.cuh"
@@ -54,8 +55,9 @@ class DeviceBuffer {
     if (data_ == nullptr) return;
     try {
       const ScopedDevice on(device_);
-      cudaFree(data_);
+      if (cudaFree(data_) != cudaSuccess) (void)cudaGetLastError();  // not the next call's error to report
     } catch (const CudaError&) {  // the device cannot be made current: the block goes with the context
+      (void)cudaGetLastError();
     }
     data_ = nullptr;
     bytes_ = 0;
@@ -72,34 +74,28 @@ class DeviceBuffer {
   int device_ = -1;  // where data_ was allocated
 };
 
-// One value of pinned host memory, allocated on first use, for the backend's read-backs: a copy into
-// pinned memory is a direct transfer, where pageable memory is staged through a driver buffer.
+// Copies *device on stream into pinned host memory, waits for the stream, and returns the value: a copy
+// into pinned memory is a direct transfer, where pageable memory is staged through a driver buffer. The
+// pinned block is the calling thread's, allocated on its first read-back and freed when the thread ends,
+// so that backends made for one call (as the PyTorch operator's) allocate none.
 template <class V>
-class PinnedSlot {
- public:
-  PinnedSlot() = default;
-  PinnedSlot(const PinnedSlot&) = delete;
-  PinnedSlot& operator=(const PinnedSlot&) = delete;
-  PinnedSlot(PinnedSlot&& o) noexcept : data_(std::exchange(o.data_, nullptr)) {}
-  PinnedSlot& operator=(PinnedSlot&& o) noexcept {
-    std::swap(data_, o.data_);
-    return *this;
-  }
-  ~PinnedSlot() {
-    if (data_ != nullptr) cudaFreeHost(data_);
-  }
-
-  // Copies *device on stream into the slot, waits for the stream, and returns the value.
-  V read(const V* device, cudaStream_t stream) {
-    if (data_ == nullptr) check(cudaMallocHost(&data_, sizeof(V)), "cudaMallocHost (read-back)");
-    check(cudaMemcpyAsync(data_, device, sizeof(V), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync (read-back)");
-    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (read-back)");
-    return *data_;
-  }
-
- private:
-  V* data_ = nullptr;
-};
+V read_back(const V* device, cudaStream_t stream) {
+  struct Block {
+    void* data = nullptr;
+    ~Block() {
+      if (data != nullptr) cudaFreeHost(data);
+    }
+  };
+  constexpr std::size_t bytes = 256;
+  static_assert(sizeof(V) <= bytes, "read_back: a value larger than the pinned block");
+  thread_local Block block;
+  if (block.data == nullptr) check(cudaMallocHost(&block.data, bytes), "cudaMallocHost (read-back)");
+  check(cudaMemcpyAsync(block.data, device, sizeof(V), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync (read-back)");
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (read-back)");
+  V value;
+  std::memcpy(&value, block.data, sizeof(V));
+  return value;
+}
 
 }  // namespace cuda
 }  // namespace ssr
