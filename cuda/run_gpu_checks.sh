@@ -7,7 +7,8 @@
 # and the CUDA call tests), the quick ones under compute-sanitizer (memcheck, racecheck, synccheck),
 # ssr-route --backend cuda against the CPU backend, and the benchmarks against PyTorch
 # (cuda/bench/peers_cuda.py, when PyTorch with CUDA is installed: SSR_PYTHON names its interpreter), and
-# with the PyTorch package built (SSR_BUILD_PYTHON), its tests on the GPU and its operator's timings. Logs go to OUT (default: BUILD/gpu-checks);
+# with the PyTorch package built (SSR_BUILD_PYTHON), its tests on the GPU, its operator's timings and the step
+# time of the language-model recipe (python/examples/train_lm.py) at the paper's enwik8 sizes. Logs go to OUT (default: BUILD/gpu-checks);
 # each check is stopped after SSR_CHECK_TIMEOUT seconds (default 600).
 set -uo pipefail
 build=${1:?usage: run_gpu_checks.sh BUILD [OUT]}
@@ -48,6 +49,11 @@ python=${SSR_PYTHON:-python3}
 if [ -d "$build/python/ssr_torch" ] && "$python" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
   step python_cuda env PYTHONPATH="$build/python" "$python" -m pytest -q -p no:cacheprovider \
     "$here/../python/tests/test_cuda.py" "$here/../python/tests/test_ops.py" "$here/../python/tests/test_replay.py"
+  # The language-model recipe at the paper's enwik8 sizes (on its generated text): the step time that the
+  # 80k-step run's duration follows from.
+  step recipe_enwik8_steps env PYTHONPATH="$build/python" "$python" "$here/../python/examples/train_lm.py" \
+    --preset enwik8 --steps 50 --routers softmax,ssr-l --p 0.05 --eval-tokens 24576
+  grep -E "^\| (router|softmax|ssr-l) " "$out/recipe_enwik8_steps.log"
 fi
 if PYTHONPATH="$build/python" "$python" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
   PYTHONPATH="$build/python" "$python" "$here/bench/peers_cuda.py" --bench "$build/cuda/bench/ssr_cuda_bench" --json "$out/peers.json" | tee "$out/peers.txt"

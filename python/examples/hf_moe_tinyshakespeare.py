@@ -9,7 +9,6 @@ training and validation bits per byte and the expert load. Needs ssr_torch and t
 """
 import argparse
 import math
-import random
 import sys
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ import torch
 import torch.nn.functional as F
 import transformers
 
+from byte_text import split_bytes
 from ssr_torch.hf import replace_routers
 
 ROUTERS = ("original", "softmax", "ssr", "sinkhorn")
@@ -32,7 +32,7 @@ def parse_args(argv=None):
                              "config's coefficient), softmax (the same without aux loss), ssr, sinkhorn")
     parser.add_argument("--arch", default="qwen3_moe", choices=("qwen3_moe", "mixtral", "olmoe"))
     parser.add_argument("--data", help="text file, read as bytes: the first 90%% train, the last 10%% validate "
-                                       "(default: a generated play-like text, see generated_text)")
+                                       "(default: a generated play-like text, see byte_text.py)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch", type=int, default=16, help="sequences per step")
     parser.add_argument("--seq", type=int, default=64, help="bytes per sequence")
@@ -54,24 +54,6 @@ def parse_args(argv=None):
     if args.data is not None and not Path(args.data).is_file():
         parser.error(f"no such file: {args.data}")
     return args
-
-
-def generated_text(size=300_000, seed=0):
-    """A play-like text of about size bytes, the same for the same seed: speeches of a few characters made
-    of sentences of a small grammar, with structure enough for a byte-level model to learn."""
-    rng = random.Random(seed)
-    speakers = ("KING", "QUEEN", "DUKE", "PRINCE", "NURSE", "FRIAR", "CAPTAIN", "FOOL")
-    subjects = ("the king", "my lord", "this crown", "the night", "your grace", "a fool", "the sea", "thy heart")
-    verbs = ("doth love", "shall keep", "hath lost", "will tell", "must bear", "cannot find", "would see")
-    objects = ("the crown", "a kingdom", "my sword", "her honour", "the truth", "thy name", "the morning")
-    endings = (".", "!", "?", ", I pray.", ", my liege.", ", and more.")
-    lines, total = [], 0
-    while total < size:
-        speech = " ".join(f"{rng.choice(subjects).capitalize()} {rng.choice(verbs)} {rng.choice(objects)}"
-                          f"{rng.choice(endings)}" for _ in range(rng.randint(1, 4)))
-        lines.append(f"{rng.choice(speakers)}:\n{speech}\n\n")
-        total += len(lines[-1])
-    return "".join(lines).encode()
 
 
 def make_config(args):
@@ -172,11 +154,8 @@ def main(argv=None):
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    text = Path(args.data).read_bytes() if args.data else generated_text()
     source = Path(args.data).name if args.data else "a generated text"
-    data = torch.frombuffer(bytearray(text), dtype=torch.uint8).long()
-    cut = int(0.9 * len(data))
-    train, valid = data[:cut], data[cut:]
+    train, valid = split_bytes(args.data)
     print(f"{args.arch}, transformers {transformers.__version__}: {args.layers} layers, hidden {args.hidden}, "
           f"{args.experts} experts, top-{args.k}; {args.steps} steps of {args.batch} x {args.seq} bytes "
           f"from {source} ({len(train)} train / {len(valid)} validation bytes), seed {args.seed}")
