@@ -49,10 +49,13 @@ python=${SSR_PYTHON:-python3}
 if [ -d "$build/python/ssr_torch" ] && "$python" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
   step python_cuda env PYTHONPATH="$build/python" "$python" -m pytest -q -p no:cacheprovider \
     "$here/../python/tests/test_cuda.py" "$here/../python/tests/test_ops.py" "$here/../python/tests/test_replay.py"
-  # The language-model recipe at the paper's enwik8 sizes (on its generated text): the step time that the
-  # 80k-step run's duration follows from.
+  # The language-model recipe on the GPU: every router for a few steps with Sinkhorn on every call (the
+  # noise generator, the expert bias and the losses on the device, bf16 products), then 50 steps at the
+  # paper's enwik8 sizes and p, whose step time the 80k-step run's duration follows from.
+  step recipe_every_router env PYTHONPATH="$build/python" "$python" "$here/../python/examples/train_lm.py" \
+    --routers all --steps 5 --p 1 --eval-tokens 4096
   step recipe_enwik8_steps env PYTHONPATH="$build/python" "$python" "$here/../python/examples/train_lm.py" \
-    --preset enwik8 --steps 50 --routers softmax,ssr-l --p 0.05 --eval-tokens 24576
+    --preset enwik8 --steps 50 --routers softmax,ssr-l --eval-tokens 24576
   grep -E "^\| (router|softmax|ssr-l) " "$out/recipe_enwik8_steps.log"
 fi
 if PYTHONPATH="$build/python" "$python" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then

@@ -38,12 +38,12 @@ def parse_args(argv=None):
 
 
 def non_finite_losses(steps_csv):
-    """The number of rows per router of the demo's per-step CSV whose training loss is not finite."""
+    """Per router of the demo's per-step CSV: (training losses not finite, training losses)."""
     counts = {}
     with open(steps_csv, newline="") as f:
         for row in csv.DictReader(f):
-            bad = not math.isfinite(float(row["train_bits_per_byte"]))
-            counts[row["router"]] = counts.get(row["router"], 0) + bad
+            bad, total = counts.get(row["router"], (0, 0))
+            counts[row["router"]] = (bad + (not math.isfinite(float(row["train_bits_per_byte"]))), total + 1)
     return counts
 
 
@@ -51,7 +51,7 @@ def main(argv=None):
     args = parse_args(argv)
     out = Path(args.out)
     header = ["--" + args.option, "router", "Sinkhorn calls", "non-finite losses"] + [m[1] for m in METRICS]
-    rows, bad = [], 0
+    rows, bad, losses = [], 0, 0
     for value in args.values:
         run_dir = out / f"{args.option}-{value}"
         command = [args.demo, "--routers", ",".join(["softmax"] + args.routers), "--seeds", str(args.seeds),
@@ -65,10 +65,11 @@ def main(argv=None):
             sys.exit(f"ssr-smoe-demo exited with {status}: see {run_dir / 'log.txt'}")
         results = json.loads((run_dir / "results.json").read_text())
         nonfinite = non_finite_losses(run_dir / "steps.csv")
-        bad += sum(nonfinite.values())
+        bad += sum(count for count, _ in nonfinite.values())
+        losses += sum(total for _, total in nonfinite.values())
         for router in args.routers:
             sinkhorn = results["routers"][router]["sinkhorn"]
-            cells = [value, router, f"{sum(sinkhorn) / len(sinkhorn):.1f}", str(nonfinite.get(router, 0))]
+            cells = [value, router, f"{sum(sinkhorn) / len(sinkhorn):.1f}", str(nonfinite[router][0])]
             for key, _, decimals in METRICS:
                 d = results["paired"]["softmax"][router][key]
                 cells.append(f"{d['mean']:+.{decimals}f} [{d['low']:+.{decimals}f}, {d['high']:+.{decimals}f}]"
@@ -81,8 +82,7 @@ def main(argv=None):
     print("|" + "|".join("---" if i < 2 else "---:" for i in range(len(header))) + "|")
     for cells in rows:
         print("| " + " | ".join(cells) + " |")
-    if bad:
-        print(f"{bad} training losses were not finite", file=sys.stderr)
+    print(f"\n{losses} training losses (softmax top-k's included), {bad} not finite")
     return 1 if bad else 0
 
 

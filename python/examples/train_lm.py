@@ -5,7 +5,7 @@ the paper's Table 1 and of today's engines (--list). Reports training and valida
 and attacked text (a fraction of the validation bytes randomised), the expert load, and with two seeds or
 more each router's paired difference to softmax top-k (and softmax+lb) with its 95% interval.
 
-    # on a CPU, about a minute
+    # on a CPU, about two minutes
     python python/examples/train_lm.py --routers softmax,ssr-l,ssr-s --seeds 2
     # the paper's enwik8 setting (8 layers, hidden 352, batch 48 x 512, 80k steps, lr 7e-4, 4k warm-up)
     python python/examples/train_lm.py --preset enwik8 --data enwik8 --routers softmax,softmax+lb,ssr-l \\
@@ -104,6 +104,8 @@ def parse_args(argv=None):
         parser.error(f"no such file: {args.data}")
     if not 0 < args.valid <= 0.1 or not 0 <= args.attack <= 1:
         parser.error("--valid must lie in (0, 0.1] and --attack in [0, 1]")
+    if args.eval_tokens < 0 or 0 < args.eval_tokens < args.seq:
+        parser.error(f"--eval-tokens must be 0 (all) or at least --seq ({args.seq})")
     if args.precision is None:
         args.precision = "bf16" if torch.device(args.device).type == "cuda" else "fp32"
     if args.log_every <= 0:
@@ -204,7 +206,8 @@ class ByteLM(torch.nn.Module):
             p = self.mu * p - y.view(b, t, -1)
             h = h - self.gamma * p
             aux = aux + layer_aux
-        return self.out(self.norm(h)), aux
+        with torch.autocast(h.device.type, enabled=False):  # the logits, and so the loss, in float32
+            return self.out(self.norm(h.float())), aux
 
     def routers(self):
         return [layer.smoe.router for layer in self.layers]
@@ -375,6 +378,9 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
     train, valid = split_bytes(args.data, args.valid)
+    if len(valid) <= args.seq or len(train) <= args.seq + 1:
+        sys.exit(f"train_lm.py: the text is too short for sequences of {args.seq} bytes: {len(train)} train and "
+                 f"{len(valid)} validation bytes")
     attacked_valid = attacked(valid, args.attack)
     print(f"{args.layers} layers of attention + SMoE ({args.experts} experts of {args.inner}, top-{args.k}), hidden "
           f"{args.hidden}, {args.heads} heads{f', momentum {args.momentum:g}' if args.momentum else ''}; "

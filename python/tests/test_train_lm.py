@@ -33,7 +33,6 @@ def test_t_quantiles_are_students():
         assert train_lm.t_quantile(df) == pytest.approx(value, abs=1e-4)
     centre, low, high = train_lm.paired([3.0, 5.0, 7.0], [2.0, 3.0, 4.0])  # differences 1, 2, 3: sd 1
     assert centre == 2.0 and high - centre == pytest.approx(4.3027 / math.sqrt(3), abs=1e-4)
-    assert centre - low == pytest.approx(high - centre)
 
 
 def test_every_router_trains_with_finite_losses_and_paired_differences(tmp_path):
@@ -44,14 +43,15 @@ def test_every_router_trains_with_finite_losses_and_paired_differences(tmp_path)
         assert len(runs) == 2
         for run in runs:
             assert all(math.isfinite(run[key]) for key in ("train", "valid", "attacked", "load", "train_load"))
-            assert run["load"] >= 1 and len(run["curve"]) == 4
+            assert len(run["curve"]) == 4
             sinkhorn = name == "sinkhorn" or name.startswith("ssr")  # p = 1: every training call
             assert run["sinkhorn"] == (4 if sinkhorn else 0), name
     for reference in ("softmax", "softmax+lb"):
         assert set(out["paired"][reference]) == set(names) - {reference}
-        for name, metrics in out["paired"][reference].items():
-            for d in metrics.values():
-                assert d["low"] <= d["mean"] <= d["high"], name
+        for name, metrics in out["paired"][reference].items():  # from the runs' own values, seed by seed
+            for key, d in metrics.items():
+                runs, base = out["results"][name], out["results"][reference]
+                assert d["mean"] == pytest.approx(sum(a[key] - b[key] for a, b in zip(runs, base)) / 2, abs=1e-12)
     assert "Δ val bits/byte vs softmax+lb" in stdout
 
 
@@ -73,6 +73,15 @@ def test_ssr_l_trains_at_small_xi_and_its_loss_falls(tmp_path):
         losses = [loss for _, loss, _ in run["curve"]]
         assert all(math.isfinite(v) for v in losses) and run["sinkhorn"] == 40
         assert losses[-1] < losses[0] - 1.0, (name, losses)
+
+
+def test_routers_see_the_same_batches_and_dropout_masks(tmp_path):
+    # SSR with p = 0 routes as softmax top-k: with dropout on, every result equals softmax's bit for bit.
+    _, out = recipe(tmp_path, "--routers", "softmax,ssr-l,ssr-s", "--steps", "6", "--p", "0", "--dropout", "0.1",
+                    "--seeds", "2")
+    for name in ("ssr-l", "ssr-s"):
+        for run, reference in zip(out["results"][name], out["results"]["softmax"]):
+            assert {k: v for k, v in run.items() if k != "ms"} == {k: v for k, v in reference.items() if k != "ms"}
 
 
 def test_runs_are_reproducible_and_every_router_starts_from_the_same_weights():
@@ -106,7 +115,8 @@ def test_a_text_file_is_split_ninety_ten(tmp_path):
 
 @pytest.mark.parametrize("bad, message", [(["--routers", "nope"], "unknown router 'nope'"),
                                           (["--hidden", "15"], "multiple of"), (["--k", "0"], "--k"),
-                                          (["--valid", "0.5"], "--valid"), (["--data", "missing"], "no such file")])
+                                          (["--valid", "0.5"], "--valid"), (["--data", "missing"], "no such file"),
+                                          (["--eval-tokens", "10"], "--eval-tokens")])
 def test_bad_options_are_named(bad, message, capsys):
     with pytest.raises(SystemExit) as exit:
         train_lm.parse_args(bad)
