@@ -18,6 +18,7 @@ import torch.nn.functional as F
 import transformers
 
 from byte_text import split_bytes
+from train_lm import print_table
 from ssr_torch.hf import replace_routers
 
 ROUTERS = ("original", "softmax", "ssr", "sinkhorn")
@@ -165,12 +166,7 @@ def main(argv=None):
              "Sinkhorn calls", "ms/step")]
     rows += [(r["router"], f"{r['first']:.3f} -> {r['train']:.3f}", f"{r['valid']:.3f}", f"{r['load']:.2f}",
               f"{r['val_load']:.2f}", f"{r['sinkhorn']} / {calls}", f"{r['ms']:.1f}") for r in results]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for n, row in enumerate(rows):
-        print("| " + " | ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
-                                for i, (cell, w) in enumerate(zip(row, widths))) + " |")
-        if n == 0:
-            print("|" + "|".join("-" * (w + 2) if i == 0 else "-" * (w + 1) + ":" for i, w in enumerate(widths)) + "|")
+    print_table(rows)
     print("train bits/byte: mean over the first -> last 10% of steps; val: eval mode (softmax top-k) on held-out "
           "bytes; load: tokens of the busiest expert / mean, averaged over layers (train: as routed, last 10% of "
           "steps); ms/step: after the first 10%")

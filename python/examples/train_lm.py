@@ -326,13 +326,16 @@ def spread(values, decimals):
     if len(values) < 2:
         return f"{values[0]:.{decimals}f}"
     centre = mean(values)
-    return f"{centre:.{decimals}f} ± {math.sqrt(sum((v - centre) ** 2 for v in values) / (len(values) - 1)):.{decimals}f}"
+    sd = math.sqrt(sum((v - centre) ** 2 for v in values) / (len(values) - 1))
+    return f"{centre:.{decimals}f} ± {sd:.{decimals}f}"
 
 
 def print_table(rows):
+    """Prints rows of strings as a Markdown table, the first row the header, the first column left-aligned."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for n, row in enumerate(rows):
-        print("| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))) + " |")
+        cells = (c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+        print("| " + " | ".join(cells) + " |")
         if n == 0:
             print("|" + "|".join("-" * (w + 2) if i == 0 else "-" * (w + 1) + ":" for i, w in enumerate(widths)) + "|")
 
@@ -365,10 +368,10 @@ def summarise(results, args):
             rows.append((name,) + tuple(cells))
         print()
         print_table(rows)
-    print(f"\n{args.seeds} seed(s) x {args.steps} steps of {args.batch} x {args.seq} bytes; train: mean of the last 10% "
-          "of steps; val and attacked: eval mode (every router routes by softmax top-k) on held-out bytes, the "
-          f"attacked text with {args.attack:g} of them randomised; load: tokens of the busiest expert / mean, "
-          "averaged over layers and batches; Δ: mean paired difference over seeds [95% t interval], * where "
+    print(f"\n{args.seeds} seed(s) x {args.steps} steps of {args.batch} x {args.seq} bytes; train: mean of the "
+          "last 10% of steps; val and attacked: eval mode (every router routes by softmax top-k) on held-out "
+          f"bytes, the attacked text with {args.attack:g} of them randomised; load: tokens of the busiest expert / "
+          "mean, averaged over layers and batches; Δ: mean paired difference over seeds [95% t interval], * where "
           "the interval excludes zero")
     return differences
 
