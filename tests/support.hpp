@@ -53,6 +53,20 @@ Backend<T> make_backend(int threads) {
 constexpr const char* backend_name = "cpu";
 #endif
 
+// Whether AddressSanitizer instruments this program (GCC's macro, Clang's feature test): the longest
+// sweeps then take a sample of their points.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool sanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool sanitized = true;
+#else
+constexpr bool sanitized = false;
+#endif
+#else
+constexpr bool sanitized = false;
+#endif
+
 // Views of host memory as the backend under test reads them: the views themselves on host backends.
 #if !defined(SSR_TEST_CUDA)
 template <class V>

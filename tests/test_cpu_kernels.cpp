@@ -47,12 +47,23 @@ void require_same_on_every_isa(const Policy& policy, const std::vector<T>& s, in
 }  // namespace
 
 TEST_CASE("the instruction sets a machine is expected to run are there", "[simd]") {
-  // CI sets SSR_EXPECT_CPU_ISA=avx2 where its machines have AVX2 and FMA, so that the AVX2 path's tests
+  // .ci/run sets SSR_EXPECT_CPU_ISA=avx2 where its machine has AVX2 and FMA, so that the AVX2 path's tests
   // cannot pass by being skipped.
   const char* expected = std::getenv("SSR_EXPECT_CPU_ISA");
   if (expected == nullptr || std::string(expected).empty()) return;
   REQUIRE(std::string(expected) == "avx2");
   REQUIRE(ssr::cpu::runs(Isa::avx2));
+}
+
+TEST_CASE("a program compiled with SSR_CPU_DISPATCH=0 runs its own target's kernels alone", "[simd]") {
+#if !SSR_CPU_DISPATCH
+  REQUIRE_FALSE(ssr::cpu::runs(Isa::avx2));
+  REQUIRE(ssr::cpu::current_isa() == Isa::baseline);
+  REQUIRE_THROWS_WITH(ssr::cpu::use_isa(Isa::avx2),
+                      Catch::Contains("is not one this program has kernels for and this processor runs"));
+#else
+  SUCCEED("this program has the AVX2 kernels");
+#endif
 }
 
 TEMPLATE_TEST_CASE("every instruction set gives the same bits", "[simd]", float, double) {
@@ -69,9 +80,9 @@ TEMPLATE_TEST_CASE("every instruction set gives the same bits", "[simd]", float,
       require_same_on_every_isa(ssr::NoisyCost<ssr::SoftmaxTopK>(ssr::SoftmaxTopK(k, cost), 0.5, 1.0), s, m, n, ctx);
       for (double xi : {0.5, 0.05})
         for (auto weights : {ssr::Weights::plan, ssr::Weights::scores})
-          require_same_on_every_isa(ssr::NoisyCost<ssr::SinkhornTopK>(
-                                        ssr::SinkhornTopK(k, cost, {xi, 1e-6, 40}, weights), 0.3, 1.0),
-                                    s, m, n, ctx);
+          require_same_on_every_isa(
+              ssr::NoisyCost<ssr::SinkhornTopK>(ssr::SinkhornTopK(k, cost, {xi, 1e-6, 40}, weights), 0.3, 1.0), s, m, n,
+              ctx);
     }
   }
 }

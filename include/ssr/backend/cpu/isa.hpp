@@ -6,6 +6,8 @@
 // is inlined into that one, so the whole kernel takes the target's instructions. Neither fuses a product
 // into a sum that the formula does not fuse itself (fp-contract=off), so every set gives the same bits.
 // SSR_CPU_ISA=baseline (or avx2) in the environment, or use_isa(), picks one for the process.
+// Defining SSR_CPU_DISPATCH=0 compiles the baseline alone: half the code and the compile time, for a
+// program that never runs on AVX2, or builds for it (-march), or checks the kernels' memory accesses.
 #pragma once
 
 #include <cmath>
@@ -18,12 +20,17 @@
 #include "ssr/error.hpp"
 #include "ssr/math/exp.hpp"
 
+#ifndef SSR_CPU_DISPATCH
+#define SSR_CPU_DISPATCH 1
+#endif
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #if defined(__AVX2__) && defined(__FMA__)
+#if SSR_CPU_DISPATCH
 #define SSR_CPU_OWN_AVX2 1  // the build's own target has AVX2 and FMA
+#endif
 #define SSR_CPU_TARGET_AVX2
-#else
+#elif SSR_CPU_DISPATCH
 #define SSR_CPU_DISPATCH_AVX2 1
 #define SSR_CPU_TARGET_AVX2 __attribute__((target("avx2,fma")))
 #endif
@@ -164,7 +171,7 @@ struct Avx2 {
 };
 #endif
 
-// Whether this processor runs the instruction set; asked once.
+// Whether this program has kernels for the instruction set and this processor runs it; asked once.
 inline bool runs(Isa isa) {
 #if defined(SSR_CPU_DISPATCH_AVX2)
   static const bool avx2 = [] {
@@ -187,8 +194,9 @@ inline Isa& chosen_isa() {
     const Isa widest = runs(Isa::avx2) ? Isa::avx2 : Isa::baseline;
     if (name == nullptr || *name == '\0') return widest;
     const std::string want(name);
-    ssr::detail::require(want == "baseline" || (want == "avx2" && runs(Isa::avx2)), "SSR_CPU_ISA", want,
-                         "must be baseline or, on a processor with AVX2 and FMA, avx2");
+    ssr::detail::require(
+        want == "baseline" || (want == "avx2" && runs(Isa::avx2)), "SSR_CPU_ISA", want,
+        "must be baseline or, where this program has AVX2 kernels and the processor AVX2 and FMA, avx2");
     return want == "avx2" ? Isa::avx2 : Isa::baseline;
   }();
   return chosen;
@@ -199,7 +207,8 @@ inline Isa current_isa() { return detail::chosen_isa(); }
 
 // Makes every later call take `isa` (for tests and measurements; not while another thread routes).
 inline void use_isa(Isa isa) {
-  ssr::detail::require(runs(isa), "isa", to_string(isa), "is not one this processor runs");
+  ssr::detail::require(runs(isa), "isa", to_string(isa),
+                       "is not one this program has kernels for and this processor runs");
   detail::chosen_isa() = isa;
 }
 
