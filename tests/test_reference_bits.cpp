@@ -225,3 +225,25 @@ TEMPLATE_TEST_CASE("every backend routes unchecked non-finite logits as the scal
       require_reference_bits(ssr::SinkhornTopK(2, cost, {0.5, 1e-6, 20}, weights), s, m, n, ctx, false);
   }
 }
+
+// Columns no token favours: their plan sums underflow, so the solve recovers their potentials in the log
+// domain (math::recovered_column_potential's lanes): the same bits on every backend, with lanes of
+// several rows (m = 601) and lanes without any (m = 100).
+TEMPLATE_TEST_CASE("every backend gives the reference's bits where columns take the log-domain update", "[reference]",
+                   float, double) {
+  using T = TestType;
+  const index_t n = GENERATE(3, 16), m = GENERATE(100, 601);
+  auto s = test::random_logits<T>(m, n, 2.0, static_cast<unsigned>(n + m), 1.0);
+  for (index_t i = 0; i < m; ++i) {  // the last expert trails each token's first by 1e4, the one before by 300
+    s[static_cast<std::size_t>(i * n + n - 1)] = static_cast<T>(s[static_cast<std::size_t>(i * n)] - 1e4);
+    if (n > 3) s[static_cast<std::size_t>(i * n + n - 2)] = static_cast<T>(s[static_cast<std::size_t>(i * n)] - 300);
+  }
+  const Context ctx = Context::train(4, 0, 1);
+  INFO("n " << n << " m " << m);
+  for (const int k : {1, 2})
+    for (const double xi : {1.0, 0.05})
+      for (const auto weights : {ssr::Weights::plan, ssr::Weights::scores}) {
+        INFO("k " << k << " xi " << xi << " weights " << ssr::to_string(weights));
+        require_reference_bits(ssr::SinkhornTopK(k, Cost::linear, {xi, 1e-6, 40}, weights), s, m, n, ctx);
+      }
+}

@@ -5,6 +5,7 @@
 // The sweep itself, in scaled form, and the order of its sums are in sinkhorn_scaled.hpp.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -49,8 +50,9 @@ SSR_HD double column_potential_from_lse(double lse, const ColumnTarget& target) 
   return clamp(target.log_mass - lse, -potential_bound<T>(), potential_bound<T>());
 }
 
-// The two halves of a column's logsumexp, so that ranks can reduce each (the maxima, then the sums below the
-// common maximum): max_i entry(i), and sum_i exp(entry(i) - top) in row order, over `count` rows.
+// The two halves of a column's logsumexp where ranks share the problem, so that they can reduce each (the
+// maxima, then the sums below the common maximum): max_i entry(i), and sum_i exp(entry(i) - top) in row
+// order, over this rank's `count` rows.
 template <class Entry>
 SSR_HD double log_column_max(index_t count, const Entry& entry) {
   double top = -std::numeric_limits<double>::infinity();
@@ -70,11 +72,47 @@ SSR_HD double column_potential_from_halves(double top, double sum, const ColumnT
   return column_potential_from_lse<T>(top + math::log(sum), target);
 }
 
+// One process's log-domain column in the order every backend keeps, so that a GPU can spread a column over
+// log_lanes threads and still give the host's bits: lane l takes the rows l, l + log_lanes, ... in row
+// order, their maximum and the sum of exp(entry - maximum); then the lanes merge pairwise (lane l takes
+// lane l + h for h = log_lanes / 2, ..., 1), each sum rescaled to the larger maximum.
+constexpr index_t log_lanes = 256;
+
+struct LogLane {
+  double top;  // the lane's maximum entry; -inf when it has none
+  double sum;  // sum of exp(entry - top) over the lane's rows
+};
+
+template <class Entry>
+SSR_HD LogLane log_lane(index_t count, const Entry& entry, index_t lane) {
+  LogLane x{-std::numeric_limits<double>::infinity(), 0.0};
+  for (index_t i = lane; i < count; i += log_lanes) x.top = std::max(x.top, static_cast<double>(entry(i)));
+  if (x.top == -std::numeric_limits<double>::infinity()) return x;  // exp(-inf - -inf) would be NaN
+  for (index_t i = lane; i < count; i += log_lanes) x.sum += math::exp(static_cast<double>(entry(i)) - x.top);
+  return x;
+}
+
+SSR_HD inline LogLane merge_log_lanes(const LogLane& a, const LogLane& b) {
+  const double top = std::max(a.top, b.top);
+  if (top == -std::numeric_limits<double>::infinity()) return a;
+  const double from_a = a.sum == 0 ? 0.0 : a.sum * math::exp(a.top - top);
+  const double from_b = b.sum == 0 ? 0.0 : b.sum * math::exp(b.top - top);
+  return {top, from_a + from_b};
+}
+
+// The column's logsumexp from its log_lanes lanes, merged in place.
+SSR_HD inline double log_lanes_lse(LogLane* lanes) {
+  for (index_t h = log_lanes / 2; h >= 1; h /= 2)
+    for (index_t l = 0; l < h; ++l) lanes[l] = merge_log_lanes(lanes[l], lanes[l + h]);
+  return lanes[0].top + math::log(lanes[0].sum);
+}
+
 // column_potential_from_lse over the column's m entries, entry(i) = K_ij + f_i (one process).
 template <class T, class Entry>
 SSR_HD double recovered_column_potential(index_t m, const Entry& entry, const ColumnTarget& target) {
-  const double top = log_column_max(m, entry);
-  return column_potential_from_halves<T>(top, log_column_sum(m, entry, top), target);
+  LogLane lanes[log_lanes];
+  for (index_t l = 0; l < log_lanes; ++l) lanes[l] = log_lane(m, entry, l);
+  return column_potential_from_lse<T>(log_lanes_lse(lanes), target);
 }
 
 // Whether a column takes the log-domain update: its sum underflowed, or, when ranks share the problem,

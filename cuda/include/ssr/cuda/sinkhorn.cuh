@@ -9,6 +9,7 @@
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "ssr/backend/thrust/algorithms.hpp"
@@ -49,7 +50,9 @@ __global__ void __launch_bounds__(CudaTuning::sinkhorn_threads)
     step(n, k::ColumnSum<T>{b.lanes, b.v, b.colsum, b.state, n, blocks});
     step(1, k::Decide<T>{b.colsum, b.state, params, m, n, false});
     if (*static_cast<volatile const std::int32_t*>(&b.state->done) != 0) return;  // every thread reads the same
-    step(n, k::ColumnUpdate<T>{solve, b.colsum, m, false});
+    if (*static_cast<volatile const std::int32_t*>(&b.state->log_columns) != 0)
+      step(n * math::log_lanes, k::LogLanes<T>{solve, b.colsum, b.log_lanes});
+    step(n, k::ColumnUpdate<T>{solve, b.colsum, m, false, b.log_lanes});
     step(1, k::Scale<T>{solve});
   }
 }
@@ -66,7 +69,8 @@ bool sinkhorn_solve(const thrust_algorithms::SinkhornBuffers<T>& b, index_t m, i
   const auto kernel = detail::sinkhorn_solve<T>;
   const int per_sm = tuning.resident_blocks(reinterpret_cast<const void*>(kernel), CudaTuning::sinkhorn_threads, 0);
   // Enough blocks for the widest step, and no more than the device holds at once.
-  const index_t lanes = math::sum_blocks(m, n) * math::sum_lanes * n, widest = lanes > m ? lanes : m;
+  const index_t lanes = math::sum_blocks(m, n) * math::sum_lanes * n, log_lanes = math::log_lanes * n;
+  const index_t widest = std::max({lanes, log_lanes, m});
   const index_t needed = (widest + CudaTuning::sinkhorn_threads - 1) / CudaTuning::sinkhorn_threads;
   const index_t resident = static_cast<index_t>(per_sm) * tuning.multiprocessors;
   if (resident == 0 || CudaTuning::force_sinkhorn_steps) return false;

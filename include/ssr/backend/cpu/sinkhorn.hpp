@@ -187,12 +187,17 @@ class Sinkhorn {
                math::row_potential(b.top[i], b.row_sum[i]);
       };
     };
+    if (!x.comm) {
+      for (index_t j = 0; j < n; ++j)
+        if (b.log_update[j]) b.g[j] = math::recovered_column_potential<T>(m, entry(j), x.target);
+      return;
+    }
     for (index_t j = 0; j < n; ++j)
       b.column_max[j] = b.log_update[j] ? math::log_column_max(m, entry(j)) : -std::numeric_limits<double>::infinity();
-    if (x.comm) x.comm->max(b.column_max, static_cast<std::size_t>(n), HostStream{});
+    x.comm->max(b.column_max, static_cast<std::size_t>(n), HostStream{});
     for (index_t j = 0; j < n; ++j)
       b.column_sum[j] = b.log_update[j] ? math::log_column_sum(m, entry(j), b.column_max[j]) : 0.0;
-    if (x.comm) ssr::detail::sum_over_ranks(*x.comm, HostStream{}, b.column_sum, n, b.limbs);
+    ssr::detail::sum_over_ranks(*x.comm, HostStream{}, b.column_sum, n, b.limbs);
     for (index_t j = 0; j < n; ++j)
       if (b.log_update[j]) b.g[j] = math::column_potential_from_halves<T>(b.column_max[j], b.column_sum[j], x.target);
   }

@@ -52,6 +52,7 @@ struct SinkhornBuffers {
   thrust_kernels::SolveState* state;  // one
   std::int64_t* limbs;                // exact sums over ranks: exact_limbs x n
   double *column_max, *column_sum;    // log-domain columns of a distributed solve: n, n
+  math::LogLane* log_lanes;           // log-domain columns of one process: n x log_lanes
 
   SSR_HD thrust_kernels::ScaledSolve<T> solve(index_t m, index_t n) const {
     return {logk, q, top, row_sum, inv, lanes, gt, h, v, g, state, m, n};
@@ -77,6 +78,7 @@ SinkhornBuffers<T> sinkhorn_layout(detail::Carve& c, index_t m, index_t n) {
   b.limbs = c.take<std::int64_t>(math::exact_limbs * cols);
   b.column_max = c.take<double>(cols);
   b.column_sum = c.take<double>(cols);
+  b.log_lanes = c.take<math::LogLane>(static_cast<std::size_t>(math::log_lanes) * cols);
   return b;
 }
 
@@ -135,7 +137,9 @@ SolveStats sinkhorn_iterate(const Exec& exec, const SinkhornBuffers<T>& b, index
       host = read_state(b.state);
       if (host.done) break;
     }
-    if (host.log_columns > 0) {  // the same columns on every rank: their sums are the same bits
+    if (!distributed && (decide_every != 1 || host.log_columns > 0))  // host is this iteration's state
+      for_each_index(exec, n * math::log_lanes, kernels::LogLanes<T>{solve, b.colsum, b.log_lanes});
+    if (distributed && host.log_columns > 0) {  // the same columns on every rank: their sums are the same bits
       const kernels::LogColumns<T> columns{solve, b.colsum, b.column_max, b.column_sum, rows};
       for_each_index(exec, n, kernels::LogColumnMax<T>{columns});
       comm->max(b.column_max, static_cast<std::size_t>(n), stream);
@@ -143,7 +147,7 @@ SolveStats sinkhorn_iterate(const Exec& exec, const SinkhornBuffers<T>& b, index
       sum_over_ranks(b.column_sum);
       for_each_index(exec, n, kernels::LogColumnUpdate<T>{columns});
     }
-    for_each_index(exec, n, kernels::ColumnUpdate<T>{solve, b.colsum, rows, distributed});
+    for_each_index(exec, n, kernels::ColumnUpdate<T>{solve, b.colsum, rows, distributed, b.log_lanes});
     for_each_index(exec, 1, kernels::Scale<T>{solve});
   }
   return host.stats;

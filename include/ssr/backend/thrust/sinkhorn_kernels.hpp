@@ -23,7 +23,7 @@ namespace ssr {
 namespace thrust_kernels {
 
 // A solve's state in device memory: its statistics so far, whether it has stopped, whether h has just
-// absorbed g, and (distributed) how many columns take the log-domain update this iteration.
+// absorbed g, and how many columns take the log-domain update this iteration.
 struct SolveState {
   SolveStats stats{};
   std::int32_t done = 0;
@@ -135,17 +135,35 @@ struct Decide {
     const int iterations = state->stats.iterations + 1;
     state->stats = SolveStats{iterations, math::converged(err, params) ? 1 : 0, err};
     state->done = math::stop(err, iterations, params) ? 1 : 0;
-    state->log_columns = distributed ? log_columns : 0;
+    state->log_columns = log_columns;
+  }
+};
+
+// One process's log-domain columns, an item per column and lane (item j * log_lanes + l): lane l of each
+// column whose sum underflowed (math::log_lane), which ColumnUpdate then merges.
+template <class T>
+struct LogLanes : ScaledSolve<T> {
+  const double* colsum = nullptr;
+  math::LogLane* lanes = nullptr;  // n x log_lanes
+
+  SSR_HD void operator()(index_t item) const {
+    const index_t j = item / math::log_lanes;
+    if (this->state->done || !math::takes_log_update<T>(colsum[j], false)) return;
+    const ScaledSolve<T>& solve = *this;
+    lanes[item] = math::log_lane(
+        this->m, [&solve, j](index_t i) { return solve.entry(i, j); }, item % math::log_lanes);
   }
 };
 
 // Column j's next potential: math::next_column_potential, or where math::takes_log_update the log-domain
-// update over this call's m rows (one process; distributed solves leave those columns to LogColumns).
+// update over this call's m rows from LogLanes' lanes (one process; distributed solves leave those columns
+// to LogColumns).
 template <class T>
 struct ColumnUpdate : ScaledSolve<T> {
   const double* colsum = nullptr;
   index_t rows = 0;
   bool distributed = false;
+  math::LogLane* lanes = nullptr;  // n x log_lanes, merged in place
 
   SSR_HD void operator()(index_t j) const {
     if (this->state->done) return;
@@ -153,9 +171,7 @@ struct ColumnUpdate : ScaledSolve<T> {
     if (!math::takes_log_update<T>(colsum[j], distributed)) {
       this->g[j] = math::next_column_potential<T>(this->g[j], colsum[j], target);
     } else if (!distributed) {
-      const ScaledSolve<T>& solve = *this;
-      this->g[j] = math::recovered_column_potential<T>(
-          this->m, [&solve, j](index_t i) { return solve.entry(i, j); }, target);
+      this->g[j] = math::column_potential_from_lse<T>(math::log_lanes_lse(lanes + j * math::log_lanes), target);
     }
   }
 };
