@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "paired.hpp"
 #include "corpus.hpp"
 #include "routers.hpp"
+#include "svg.hpp"
 #include "train.hpp"
 
 namespace {
@@ -446,4 +449,20 @@ TEST_CASE("paired differences: Student's t quantiles and the interval of a known
   CHECK_FALSE(one.known());
   CHECK(std::isnan(one.low));
   CHECK_THROWS(smoe::paired_difference({1.0}, {1.0, 2.0}));
+}
+
+TEST_CASE("a chart's title puts its parenthesis on a second line, whole", "[smoe][svg]") {
+  const auto chart = [](const std::string& title) {
+    const std::string path = (std::filesystem::temp_directory_path() / "ssr-test-chart.svg").string();
+    smoe::write_line_chart(path, title, "step", "value", {{"a", {1.0, 2.0, 3.0}, {}, {}}});
+    std::ifstream in(path);
+    const std::string svg((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::remove(path.c_str());
+    return svg;
+  };
+  const std::string both = chart("Expert load (mean of 8 seeds)");
+  CHECK(both.find(">Expert load</text>") != std::string::npos);
+  CHECK(both.find(">mean of 8 seeds</text>") != std::string::npos);
+  CHECK(chart("Expert load").find(">Expert load</text>") != std::string::npos);
+  CHECK(chart("Loss (unclosed").find(">unclosed</text>") != std::string::npos);  // no letter lost
 }

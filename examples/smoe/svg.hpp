@@ -56,8 +56,9 @@ inline void write_line_chart(const std::string& path, const std::string& title, 
   const double width = 900, height = 500, left = 70, right = 230, top = 48, bottom = 55;
   // A title's parenthesis goes on a second, smaller line: "Heading (details)".
   const std::size_t open = title.find(" (");
-  const std::string heading = title.substr(0, open),
-                    subtitle = open == std::string::npos ? std::string() : title.substr(open + 2, title.size() - open - 3);
+  const std::string heading = title.substr(0, open);
+  std::string subtitle = open == std::string::npos ? std::string() : title.substr(open + 2);
+  if (!subtitle.empty() && subtitle.back() == ')') subtitle.pop_back();
   const double plot_w = width - left - right, plot_h = height - top - bottom;
   double y_lo = std::numeric_limits<double>::infinity(), y_hi = -y_lo;
   std::size_t points = 2;
