@@ -88,7 +88,13 @@ std::string slurp_file(const fs::path& p) {
   return ss.str();
 }
 
-Run run_tool(const std::string& args, const fs::path& dir) { return run_command(std::string(SSR_ROUTE_EXE) + " " + args, dir); }
+// The tool this build made, or SSR_ROUTE_EXE where the binaries were moved (cuda/run_gpu_checks.sh sets it).
+std::string route_exe() {
+  const char* moved = std::getenv("SSR_ROUTE_EXE");
+  return moved && *moved ? moved : SSR_ROUTE_EXE;
+}
+
+Run run_tool(const std::string& args, const fs::path& dir) { return run_command(route_exe() + " " + args, dir); }
 
 fs::path fresh_dir(const std::string& name) {
   const fs::path d = fs::temp_directory_path() / ("ssr-route-test-" + name + "-" + std::to_string(::getpid()));
@@ -374,14 +380,14 @@ TEST_CASE("ssr-route replaces its output directory as one set: the previous outp
   CHECK(previous.size() == 4);
 
   SECTION("a full disk (a file size limit) is exit 2 and leaves the previous outputs") {
-    const auto r = run_command("bash -c \"trap '' XFSZ; ulimit -f 8; exec " + std::string(SSR_ROUTE_EXE) + " " + second + "\"", dir);
+    const auto r = run_command("bash -c \"trap '' XFSZ; ulimit -f 8; exec " + route_exe() + " " + second + "\"", dir);
     INFO(r.err);
     CHECK(r.status == 2);
     CHECK(r.err.find("cannot write") != std::string::npos);
     CHECK(contents() == previous);
   }
   SECTION("a run killed while writing leaves the previous outputs") {
-    const auto r = run_command("bash -c \"ulimit -f 8; exec " + std::string(SSR_ROUTE_EXE) + " " + second + "\"", dir);
+    const auto r = run_command("bash -c \"ulimit -f 8; exec " + route_exe() + " " + second + "\"", dir);
     CHECK(r.status != 0);  // SIGXFSZ
     CHECK(contents() == previous);
   }
@@ -492,7 +498,7 @@ TEST_CASE("ssr-route --distributed mpi routes as one process", "[tool][mpi]") {
                              " -np 3 --oversubscribe ";
   const std::string args = " --logits " + (dir / "l.npy").string() + " --policy sinkhorn --noise-alpha 0.2 --dump-noise --out ";
   const auto one = run_tool(args + (dir / "one").string(), dir);
-  const auto three = run_command(mpirun + SSR_ROUTE_EXE + args + (dir / "three").string() + " --distributed mpi", dir);
+  const auto three = run_command(mpirun + route_exe() + args + (dir / "three").string() + " --distributed mpi", dir);
   INFO(three.err);
   REQUIRE(one.status == 0);
   REQUIRE(three.status == 0);
@@ -500,7 +506,7 @@ TEST_CASE("ssr-route --distributed mpi routes as one process", "[tool][mpi]") {
   CHECK(one.out.find("\"ranks\"") == std::string::npos);
   std::string mpirun_one = mpirun;
   mpirun_one.replace(mpirun_one.find(" -np 3 "), 7, " -np 1 ");
-  const auto single = run_command(mpirun_one + SSR_ROUTE_EXE + args + (dir / "single").string() + " --distributed mpi", dir);
+  const auto single = run_command(mpirun_one + route_exe() + args + (dir / "single").string() + " --distributed mpi", dir);
   REQUIRE(single.status == 0);
   CHECK(single.out.find("\"ranks\": 1") != std::string::npos);
   const auto iterations = [](const std::string& json) { return json.substr(0, json.find("\"marginal_error\"")); };
@@ -514,7 +520,7 @@ TEST_CASE("ssr-route --distributed mpi routes as one process", "[tool][mpi]") {
   CHECK(same_noise);
   CHECK(close_weights);
 
-  const auto bad = run_command(mpirun + SSR_ROUTE_EXE + " --logits " + (dir / "missing.npy").string() + " --out " +
+  const auto bad = run_command(mpirun + route_exe() + " --logits " + (dir / "missing.npy").string() + " --out " +
                                    (dir / "bad").string() + " --distributed mpi",
                                dir);
   CHECK(bad.status == 2);
