@@ -20,11 +20,13 @@ mkdir -p "$out"
 deadline=$((SECONDS + ${SSR_CHECKS_BUDGET:-480}))
 status=0
 summary=()
+record() { summary+=("$(printf '%-22s %-22s %5s' "$1" "$2" "${3:--}")"); }  # record NAME RESULT [SECONDS]
+record check result s
 step() {  # step NAME COMMAND...: runs and logs one check within the time left, remembering a failure
   local name=$1 left=$((deadline - SECONDS)) start=$SECONDS result rc
   shift
   if [ "$left" -lt 15 ]; then
-    summary+=("$(printf '%-22s %-22s %5s' "$name" "skipped (no time left)" -)")
+    record "$name" "skipped (no time left)"
     status=1
     return
   fi
@@ -38,7 +40,7 @@ step() {  # step NAME COMMAND...: runs and logs one check within the time left, 
   esac
   echo "   $result"
   tail -n 5 "$out/$name.log" | sed 's/^/   | /'
-  summary+=("$(printf '%-22s %-22s %5d' "$name" "$result" $((SECONDS - start)))")
+  record "$name" "$result" $((SECONDS - start))
 }
 
 device=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader) || {
@@ -87,14 +89,14 @@ if command -v compute-sanitizer >/dev/null; then
   step sanitizer_synccheck compute-sanitizer --tool synccheck --error-exitcode 1 "$build/cuda/tests/ssr_cuda_tests" \
     "$quick"
 else
-  summary+=("compute-sanitizer      not found")
+  record compute-sanitizer "not found"
   status=1
 fi
 package_built=$torch_cuda
 if [ -n "${package_build:-}" ] && ! wait "$package_build"; then
   echo "the PyTorch package did not build (python_package_build.log):"
   tail -n 20 "$out/python_package_build.log"
-  summary+=("$(printf '%-22s %-22s' python_package_build FAILED)")
+  record python_package_build FAILED
   package_built=false
   status=1
 fi
@@ -124,6 +126,5 @@ command -v compute-sanitizer >/dev/null &&
 [ -f "$out/recipe_enwik8_steps.log" ] && grep -E "^\| (router|softmax|ssr-l) " "$out/recipe_enwik8_steps.log"
 echo
 echo "$device"
-printf '%-22s %-22s %5s\n' check result s
 printf '%s\n' "${summary[@]}"
 exit $status
