@@ -1,5 +1,6 @@
 """Byte-level text for the language-model examples: a generated play-like text, the train/validation split
-of a file, and the attacked copy of a text used to test robustness."""
+of a file, the random windows a training step reads, and the attacked copy of a text used to test
+robustness."""
 import math
 import random
 from pathlib import Path
@@ -35,6 +36,17 @@ def split_bytes(path=None, valid=0.1, size=300_000):
     data = torch.frombuffer(bytearray(text), dtype=torch.uint8).long()
     cut = int(0.9 * len(data))
     return data[:cut], data[cut:cut + math.ceil(valid * len(data))]
+
+
+def random_windows(data, length, count, generator):
+    """count windows of `length` consecutive elements of data (a 1-D tensor) as a count x length tensor, each
+    starting at a position drawn uniformly from the len(data) - length + 1 that fit, so every element, the
+    last included, can be read."""
+    starts = len(data) - length + 1
+    if starts < 1:
+        raise ValueError(f"windows of {length} bytes need a text of at least {length} bytes, got {len(data)}")
+    offsets = torch.randint(0, starts, (count,), generator=generator)
+    return data[offsets[:, None] + torch.arange(length)]
 
 
 def attacked(data, rate, seed=1):

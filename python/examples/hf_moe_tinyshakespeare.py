@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 import transformers
 
-from byte_text import split_bytes
+from byte_text import random_windows, split_bytes
 from train_lm import print_table
 from ssr_torch.hf import replace_routers
 
@@ -118,8 +118,7 @@ def run(name, args, train, valid):
     start = time.perf_counter()
     for step in range(args.steps):
         step_start = time.perf_counter()
-        offsets = torch.randint(0, len(train) - span, (args.batch,), generator=gen)
-        x = torch.stack([train[o:o + span] for o in offsets.tolist()])
+        x = random_windows(train, span, args.batch, gen)
         loss, router_logits, aux_loss = byte_loss(model, x, aux)
         total = loss + coef * aux_loss if aux else loss
         optimizer.zero_grad(set_to_none=True)
@@ -135,7 +134,7 @@ def run(name, args, train, valid):
     # Validation as deployed: eval mode routes by softmax top-k for every router.
     model.eval()
     val_losses, val_loads = [], []
-    starts = torch.linspace(0, len(valid) - span - 1, args.val_batches * args.batch).long()
+    starts = torch.linspace(0, len(valid) - span, args.val_batches * args.batch).long()  # the last ends the text
     with torch.no_grad():
         for batch in starts.split(args.batch):
             x = torch.stack([valid[o:o + span] for o in batch.tolist()])

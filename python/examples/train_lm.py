@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 import ssr_torch
-from byte_text import attacked, split_bytes
+from byte_text import attacked, random_windows, split_bytes
 
 # name: (description, Router options, auxiliary losses {name: coefficient}, trainable noisy gating)
 ROUTERS = {
@@ -255,8 +255,7 @@ def run(name, seed, args, train, valid, attacked_valid):
     start = time.perf_counter()
     for step in range(args.steps):
         step_start = time.perf_counter()
-        offsets = torch.randint(0, len(train) - args.seq - 1, (args.batch,), generator=batches)
-        x = train[offsets[:, None] + torch.arange(args.seq + 1)].to(args.device)
+        x = random_windows(train, args.seq + 1, args.batch, batches).to(args.device)
         with autocast(args):
             logits, aux = model(x[:, :-1], noise)
             loss = F.cross_entropy(logits.reshape(-1, 256).float(), x[:, 1:].reshape(-1))

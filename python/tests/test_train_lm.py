@@ -13,6 +13,7 @@ import torch
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES))
 import train_lm  # noqa: E402
+from byte_text import random_windows  # noqa: E402
 
 TINY = ["--layers", "1", "--hidden", "16", "--inner", "16", "--heads", "2", "--experts", "8", "--seq", "16",
         "--batch", "4", "--eval-tokens", "256", "--threads", "1"]
@@ -111,6 +112,18 @@ def test_a_text_file_is_split_ninety_ten(tmp_path):
     data.write_bytes(bytes(range(32, 127)) * 200)
     stdout, out = recipe(tmp_path, "--routers", "softmax", "--steps", "2", "--data", str(data))
     assert "text.txt (17100 train / 1900 validation bytes)" in stdout
+
+
+def test_training_windows_start_anywhere_they_fit_and_read_the_last_byte():
+    data = torch.arange(10)
+    gen = torch.Generator().manual_seed(0)
+    windows = random_windows(data, 4, 2000, gen)
+    assert windows.shape == (2000, 4)
+    assert torch.equal(windows - windows[:, :1], torch.arange(4).expand(2000, 4))  # consecutive bytes
+    assert set(windows[:, 0].tolist()) == set(range(7))  # every start that fits, the one ending the text included
+    assert torch.equal(random_windows(data, 10, 3, gen), data.expand(3, 10))  # a text exactly one window long
+    with pytest.raises(ValueError, match="at least 11 bytes"):
+        random_windows(data, 11, 1, gen)
 
 
 @pytest.mark.parametrize("bad, message", [(["--routers", "nope"], "unknown router 'nope'"),
