@@ -25,6 +25,11 @@ def normalised_scores(logits, score="softmax"):
     return s / s.sum(dim=1, keepdim=True)
 
 
+def _share_dtype(logits):
+    # Counts and shares in at least float32: float16 holds no count above 65504, bfloat16 none above 256 exactly.
+    return torch.promote_types(logits.dtype, torch.float32)
+
+
 def load_balancing_loss(logits, experts, score="softmax"):
     """Switch/GShard: n * sum_j f_j P_j, f_j the share of the m * k assignments sent to expert j (a constant)
     and P_j the mean normalised score of expert j (the router softmax for softmax scores).
@@ -33,8 +38,8 @@ def load_balancing_loss(logits, experts, score="softmax"):
     0-d tensor of the logits' dtype and device, 1 for uniform scores and assignments, differentiable with
     respect to the logits. Raises ValueError for an unknown score."""
     m, n = logits.shape
-    f = torch.bincount(experts.reshape(-1).long(), minlength=n).to(logits.dtype) / experts.numel()
-    return n * (f * normalised_scores(logits, score).mean(0)).sum()
+    f = torch.bincount(experts.reshape(-1).long(), minlength=n).to(_share_dtype(logits)) / experts.numel()
+    return n * (f.to(logits.dtype) * normalised_scores(logits, score).mean(0)).sum()
 
 
 def global_load_balancing_loss(logits, counts, tokens, k, score="softmax", group=None):
@@ -53,8 +58,8 @@ def global_load_balancing_loss(logits, counts, tokens, k, score="softmax", group
         raise ValueError(f"ssr_torch.global_load_balancing_loss: counts has {counts.numel()} entries, expected {n}")
     if group is not None:
         dist.all_reduce(totals, group=group)
-    f = totals[:n].to(logits.dtype) / (k * totals[n].to(logits.dtype))
-    return n * (f.to(logits.device) * normalised_scores(logits, score).mean(0)).sum()
+    f = totals[:n].to(_share_dtype(logits)) / (k * totals[n].to(_share_dtype(logits)))
+    return n * (f.to(logits.dtype).to(logits.device) * normalised_scores(logits, score).mean(0)).sum()
 
 
 def sequence_balance_loss(logits, experts, seq_len, alpha, score="softmax"):
@@ -70,9 +75,9 @@ def sequence_balance_loss(logits, experts, seq_len, alpha, score="softmax"):
     if seq_len < 1 or m % seq_len:
         raise ValueError(f"ssr_torch.sequence_balance_loss: invalid seq_len = {seq_len}: must divide the rows m = {m}")
     q = m // seq_len
-    one_hot = torch.zeros(q, seq_len * k, n, dtype=logits.dtype, device=logits.device)
+    one_hot = torch.zeros(q, seq_len * k, n, dtype=_share_dtype(logits), device=logits.device)
     one_hot.scatter_(2, experts.reshape(q, seq_len * k, 1).long(), 1.0)
-    f = one_hot.sum(1) * (n / (k * seq_len))
+    f = (one_hot.sum(1) * (n / (k * seq_len))).to(logits.dtype)
     p = normalised_scores(logits, score).reshape(q, seq_len, n).mean(1)
     return alpha * (f * p).sum(1).mean()
 

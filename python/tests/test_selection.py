@@ -121,6 +121,21 @@ def test_router_with_selection_compiles_without_graph_breaks():
     torch.testing.assert_close(router.expert_bias, eager.expert_bias)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_balancing_losses_in_half_precision_count_beyond_its_range(dtype):
+    # 2^17 tokens of 8 experts, top-2, 70000 assignments to expert 0: it and k * tokens exceed float16's
+    # 65504. With uniform scores every loss is alpha * (the shares' sum) = alpha.
+    n, k, tokens = 8, 2, 1 << 17
+    logits = torch.zeros(tokens, n, dtype=dtype)
+    assignments = torch.arange(k * tokens) % (n - 1) + 1
+    assignments[:70000] = 0
+    experts = assignments.reshape(tokens, k)
+    counts = torch.bincount(assignments, minlength=n)
+    assert ssr_torch.global_load_balancing_loss(logits, counts, tokens, k).item() == pytest.approx(1.0, rel=1e-2)
+    assert ssr_torch.load_balancing_loss(logits, experts).item() == pytest.approx(1.0, rel=1e-2)
+    assert ssr_torch.sequence_balance_loss(logits, experts, tokens, 0.5).item() == pytest.approx(0.5, rel=1e-2)
+
+
 def test_update_expert_bias_is_exact():
     bias = torch.tensor([0.5, 0.25, 0.0, -1.0])
     ssr_torch.update_expert_bias(bias, torch.tensor([5, 3, 0, 4], dtype=torch.int32), 0.125)
