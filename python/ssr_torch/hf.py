@@ -13,7 +13,7 @@ import importlib
 import torch
 import torch.nn.functional as F
 
-from .router import Router, _in_backward
+from .router import Router
 
 # Gates whose forward is softmax top-k over F.linear(hidden, weight), returning (logits, weights, experts):
 # the blocks that own them pass the gate's weights and experts straight to their experts module. Each with
@@ -35,12 +35,7 @@ class SsrGate:
         logits = F.linear(hidden_states, self.weight)
         # The operators take float32/float64 logits; transformers' gates also route in float.
         route_logits = logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
-        if self.ssr.training and _in_backward() and self.ssr.step > 0:
-            # Gradient checkpointing runs the forward again inside backward: route it with the step it
-            # recomputes, so that it draws the same random numbers and picks the same experts.
-            experts, weights = self.ssr(route_logits, step=self.ssr.step - 1)
-        else:
-            experts, weights = self.ssr(route_logits)
+        experts, weights = self.ssr(route_logits)  # a recompute under gradient checkpointing routes as its forward
         return logits, weights.to(logits.dtype), experts
 
 

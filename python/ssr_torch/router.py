@@ -54,6 +54,11 @@ class Router(torch.nn.Module):
     path selects. With bias_update_rate > 0 each training call moves it toward balance
     (ssr_torch.update_expert_bias, loads summed over group); with 0 the caller updates it, e.g. once per
     optimizer step from the loads of its micro-batches.
+
+    Under activation checkpointing the forward that backward runs again routes as the one it recomputes
+    (that call's step and bias) and neither counts nor updates, provided it runs before the Router's next
+    training forward. The Megatron and torchtitan adaptors pass each recompute its forward's step and the
+    engine's own bias, so there several forwards may run before their recomputes.
     """
 
     def __init__(self, router="ssr", k=2, cost="linear", xi=0.5, tol=1e-4, max_iters=100, weights="plan", p=1e-3,
@@ -97,6 +102,9 @@ class Router(torch.nn.Module):
             self.register_buffer("expert_bias", torch.zeros(int(n_experts), dtype=torch.float32))
         else:
             self.expert_bias = None
+        # The bias the last training call routed with, before it updated it: its recompute routes with it.
+        if self.bias_update_rate > 0:
+            self.register_buffer("_routed_bias", torch.zeros(int(n_experts), dtype=torch.float32), persistent=False)
         self.group = group
         self.group_rank = 0 if group is None else dist.get_rank(group)
         # The step counter as a CPU tensor that the operator reads when it runs: torch.compile traces it as
@@ -118,11 +126,23 @@ class Router(torch.nn.Module):
         `info` (4, float64). Raises RuntimeError for logits the operator does not take (not 2-d, another
         dtype, a device without kernels, fewer than k experts).
         """
+        # Activation checkpointing runs a training forward again inside backward: it routes as that forward
+        # did (its step, the bias before its update), and neither counts nor updates again.
+        in_backward = _in_backward()
+        recompute = self.training and in_backward
         call_step = self._step if step is None else step
+        if recompute and step is None and self.step > 0:
+            call_step = step = self.step - 1
+        bias = self.expert_bias if expert_bias is None else expert_bias
+        if self.bias_update_rate > 0 and self.training and expert_bias is None:
+            if recompute:
+                bias = self._routed_bias
+            else:
+                self._routed_bias.copy_(self.expert_bias)
         row = self.group_rank * logits.shape[0] if first_row is None else first_row
         replay = self.replay
         if replay is not None and replay.mode == "replay":
-            experts, weights = replay.read(logits, self.score, recompute=_in_backward())
+            experts, weights = replay.read(logits, self.score, recompute=in_backward)
             self._count_call(step)
             self.load = torch.zeros(logits.shape[1], dtype=torch.int32, device=logits.device).index_add_(
                 0, experts.reshape(-1), torch.ones(experts.numel(), dtype=torch.int32, device=logits.device))
@@ -132,14 +152,13 @@ class Router(torch.nn.Module):
         experts, weights, load, info = route(logits, self.router, self.k, self.cost, self.xi, self.tol, self.max_iters,
                                              self.weights, self.p, self.noise_alpha, self.noise_sigma, self.seed,
                                              call_step, self.layer, self.training, row, self.group, self.score,
-                                             self.n_groups, self.topk_groups,
-                                             self.expert_bias if expert_bias is None else expert_bias)
-        if self.training and self.bias_update_rate > 0:
+                                             self.n_groups, self.topk_groups, bias)
+        if self.training and self.bias_update_rate > 0 and not recompute:
             update_expert_bias(self.expert_bias, load, self.bias_update_rate, self.group)
         self._count_call(step)
         self.load, self.info = load, info
         experts = experts.long()  # int64, as torch's topk, gather, scatter and one_hot take indices
-        if replay is not None and replay.mode == "record" and not _in_backward():  # a recompute was recorded
+        if replay is not None and replay.mode == "record" and not in_backward:  # a recompute was recorded
             replay.write(experts, weights)
         return experts, weights
 

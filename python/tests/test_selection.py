@@ -108,6 +108,34 @@ def test_router_with_expert_bias_balances_a_skewed_batch():
         ssr_torch.Router(bias_update_rate=0.1)
 
 
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_a_checkpointed_router_recomputes_its_forward_and_updates_once(reentrant):
+    """Activation checkpointing runs forward again inside backward: the recompute routes as the forward did
+    (its step's random numbers, the bias before the forward's update), and neither counts nor updates again."""
+    routers = {"bias": ssr_torch.Router("softmax", k=2, score="sigmoid", n_experts=8, expert_bias=True,
+                                        bias_update_rate=0.5),
+               "noise": ssr_torch.Router("ssr", k=2, p=0.5, noise_alpha=1.0, seed=3)}
+    for name, router in routers.items():
+        reference = ssr_torch.Router("softmax", k=2, score="sigmoid", n_experts=8, expert_bias=True,
+                                     bias_update_rate=0.5) if name == "bias" else None
+        seen = []
+
+        def layer(x):
+            experts, weights = router(x)
+            seen.append(experts.clone())
+            return weights.sum() * x.sum(0)
+
+        for step in range(3):
+            x = make_logits(32, 8, step).float().requires_grad_()
+            torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=reentrant).sum().backward()
+            if reference is not None:
+                reference(x.detach())
+        assert router.step == 3, name
+        assert len(seen) == 6 and all(torch.equal(seen[i], seen[i + 1]) for i in (0, 2, 4)), name
+        if reference is not None:
+            assert torch.equal(router.expert_bias, reference.expert_bias)  # three updates, not six
+
+
 def test_router_with_selection_compiles_without_graph_breaks():
     router = ssr_torch.Router("softmax", k=2, score="sigmoid", n_groups=4, topk_groups=2, n_experts=8,
                               expert_bias=True, bias_update_rate=1e-3)
