@@ -79,6 +79,9 @@ def _unsupported(config):
     if config.moe_router_pre_softmax:
         return ("moe_router_pre_softmax=True weights the experts by a softmax over all of them; ssr's weights "
                 "sum to 1 over the chosen experts")
+    if config.moe_router_score_function == "sigmoid" and config.moe_router_topk == 1:
+        return ("moe_router_score_function='sigmoid' with moe_router_topk=1 weights each token by its expert's raw "
+                "sigmoid score; ssr's weight of a single expert is 1")
     groups, topk_groups = config.moe_router_num_groups, config.moe_router_group_topk
     if groups and groups > 1:
         if config.moe_router_score_function != "sigmoid":
@@ -105,8 +108,9 @@ def replace_routers(model, router="ssr", group=None, **router_options):
     parameters and are not saved (persistent=False), so the model's state_dict keeps its keys.
 
     Raises, before changing anything, TypeError when `model` holds no TopKRouter and ValueError naming a
-    configuration ssr does not route as Megatron would (pre-softmax weights; group-limited routing other
-    than sigmoid scores with two experts a group) or a bad option.
+    configuration ssr does not route as Megatron would (pre-softmax weights; sigmoid scores with top-1, whose
+    weight is the raw score; group-limited routing other than sigmoid scores with two experts a group) or a
+    bad option.
     """
     if "layer" in router_options or "k" in router_options:
         raise TypeError("replace_routers: k and layer come from each router's Megatron config; do not pass them")

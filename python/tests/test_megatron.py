@@ -128,6 +128,7 @@ def test_restore_routers_gives_megatron_s_routing_back():
 
 @pytest.mark.parametrize("moe, router, message", [
     (dict(moe_router_pre_softmax=True), "ssr", "moe_router_pre_softmax"),
+    (dict(moe_router_score_function="sigmoid", moe_router_topk=1), "ssr", "raw sigmoid score"),
     (dict(moe_router_num_groups=4, moe_router_group_topk=2), "softmax", "softmax scores"),
     (dict(moe_router_score_function="sigmoid", moe_router_num_groups=4, moe_router_group_topk=2), "softmax",
      "moe_router_group_topk = 1"),
