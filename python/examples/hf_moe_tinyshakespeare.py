@@ -134,7 +134,8 @@ def run(name, args, train, valid):
     # Validation as deployed: eval mode routes by softmax top-k for every router.
     model.eval()
     val_losses, val_loads = [], []
-    starts = torch.linspace(0, len(valid) - span, args.val_batches * args.batch).long()  # the last ends the text
+    count = args.val_batches * args.batch  # evenly spaced windows in integers, the last ending the text
+    starts = torch.arange(count) * (len(valid) - span) // max(1, count - 1)
     with torch.no_grad():
         for batch in starts.split(args.batch):
             x = torch.stack([valid[o:o + span] for o in batch.tolist()])

@@ -380,7 +380,7 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
     train, valid = split_bytes(args.data, args.valid)
-    if len(valid) <= args.seq or len(train) <= args.seq + 1:
+    if len(valid) <= args.seq:  # the training split, nine times longer, then holds a window too
         sys.exit(f"train_lm.py: the text is too short for sequences of {args.seq} bytes: {len(train)} train and "
                  f"{len(valid)} validation bytes")
     attacked_valid = attacked(valid, args.attack)

@@ -114,6 +114,13 @@ def test_a_text_file_is_split_ninety_ten(tmp_path):
     assert "text.txt (17100 train / 1900 validation bytes)" in stdout
 
 
+def test_a_text_too_short_for_a_validation_window_is_named(tmp_path):
+    data = tmp_path / "short.txt"
+    data.write_bytes(b"x" * 160)  # 16 validation bytes: no window of 16 bytes and the next
+    with pytest.raises(SystemExit, match="too short for sequences of 16 bytes: 144 train and 16 validation"):
+        train_lm.main([*TINY, "--data", str(data)])
+
+
 def test_training_windows_start_anywhere_they_fit_and_read_the_last_byte():
     data = torch.arange(10)
     gen = torch.Generator().manual_seed(0)
