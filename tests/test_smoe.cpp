@@ -392,6 +392,11 @@ TEST_CASE("smoe corpus: split and batches", "[smoe]") {
   const smoe::Batch b = smoe::sample_batch(text, 32, 4, rng, 8);
   for (Index i = 0; i < 32; ++i)
     if (i % 8 != 7) REQUIRE(b.context(i + 1, 0) == b.targets[static_cast<std::size_t>(i)]);
+  // A text that holds the context and one sequence exactly: every draw is that window; one byte less, an error.
+  const smoe::Batch whole = smoe::sample_batch(text.substr(0, 12), 8, 4, rng, 8);
+  for (Index i = 0; i < 8; ++i) REQUIRE(whole.targets[static_cast<std::size_t>(i)] == text[static_cast<std::size_t>(4 + i)]);
+  REQUIRE_THROWS_WITH(smoe::sample_batch(text.substr(0, 11), 8, 4, rng, 8),
+                      Catch::Contains("11 bytes") && Catch::Contains("4 bytes of context and a sequence of 8"));
   const auto mixed = smoe::sequential_batches(text, 64, 4, 1000, 16);
   // Every prediction once: the batches' (context, target) windows are, as a multiset, those of positions
   // 4 .. 1003 (equal windows are interchangeable predictions).

@@ -59,4 +59,19 @@ string(JSON high GET "${json}" paired softmax ssr-l bpb high)
 if(NOT seeds EQUAL 2 OR NOT bpb_length EQUAL 2 OR NOT (low LESS mean AND mean LESS high))
   message(FATAL_ERROR "results.json: seeds ${seeds}, ${bpb_length} values, interval ${low} < ${mean} < ${high}?")
 endif()
+
+# Options it cannot honour stop it with their name: numbers with trailing text, a negative seed, sequences
+# longer than a batch, a text shorter than the context and one sequence.
+file(WRITE "${OUT}/short.txt" "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer the slings")
+foreach(case IN ITEMS "--steps;1x;--steps takes a number, not '1x'" "--seed;-1;--seed takes a number, not '-1'"
+                      "--capacity;1,5;--capacity takes a number" "--seq-len;64;--batch;32;--seq-len must not exceed --batch"
+                      "--data;${OUT}/short.txt;--seq-len;256;bytes holds no 4 bytes of context and a sequence of 256")
+  list(POP_BACK case expected)
+  execute_process(COMMAND "${DEMO}" ${case} --steps 1 --routers softmax --out "${OUT}/bad"
+    RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  string(FIND "${err}" "${expected}" at)
+  if(status EQUAL 0 OR at EQUAL -1)
+    message(FATAL_ERROR "ssr-smoe-demo ${case}: exit ${status}, expected an error with '${expected}':\n${err}")
+  endif()
+endforeach()
 message(STATUS "ssr-smoe-demo: table, paired differences, steps.csv, load.svg, loss.svg and results.json as expected")

@@ -133,7 +133,11 @@ inline void fill_row(const std::string& text, std::size_t position, int context,
 inline Batch sample_batch(const std::string& text, Index m, int context, Rng& rng, Index seq_len = 1) {
   Batch b{IndexMat(m, context), std::vector<std::int32_t>(static_cast<std::size_t>(m))};
   const auto length = static_cast<std::size_t>(std::max<Index>(1, seq_len));
-  const std::size_t first = static_cast<std::size_t>(context), span = text.size() - first - (length - 1);
+  const auto first = static_cast<std::size_t>(context);
+  if (text.size() < first + length)
+    throw std::invalid_argument("a text of " + std::to_string(text.size()) + " bytes holds no " + std::to_string(first) +
+                                " bytes of context and a sequence of " + std::to_string(length) + " predictions");
+  const std::size_t span = text.size() - first - (length - 1);  // the starts that fit
   for (Index i = 0; i < m; i += static_cast<Index>(length)) {
     const std::size_t start = first + rng.below(span);
     for (Index t = 0; t < static_cast<Index>(length) && i + t < m; ++t)

@@ -16,6 +16,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <unistd.h>
@@ -56,7 +57,7 @@ const char* usage =
     "                  difference to softmax top-k (and softmax+lb) seed by seed, with its 95% interval (default 1)\n"
     "  --seed S        first seed (default 0)\n"
     "  --batch M       tokens per step (default 256)\n"
-    "  --seq-len L     a batch is M / L sequences of L consecutive predictions (default 32)\n"
+    "  --seq-len L     a batch is M / L sequences of L consecutive predictions, L <= M (default 32)\n"
     "  --capacity F    expert capacity factor: at most ceil(F k M / n) tokens per expert and step, the rest\n"
     "                  skip it; 0: no limit (default 1)\n"
     "  --momentum MU   Momentum SMoE: p_l = -SMoE_l(x_l) + MU p_(l-1), x_(l+1) = x_l - GAMMA p_l (default 0)\n"
@@ -78,6 +79,19 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
+// A number option's value, all of it: "1e3" for --steps or "256k" for --batch is an error, not 1 or 256.
+template <class Parse>
+auto number(const std::string& flag, const std::string& value, Parse parse) {
+  std::size_t used = 0;
+  try {
+    const auto v = parse(value, &used);
+    const bool negative_unsigned = std::is_unsigned_v<decltype(v)> && value.find('-') != std::string::npos;
+    if (used == value.size() && !negative_unsigned) return v;
+  } catch (const std::exception&) {  // std::invalid_argument or std::out_of_range: named below
+  }
+  throw std::invalid_argument(flag + " takes a number, not '" + value + "'");
+}
+
 Args parse(int argc, char** argv) {
   Args a;
   a.train.steps = 800;
@@ -86,6 +100,10 @@ Args parse(int argc, char** argv) {
   a.train.attack = 0.1;
   a.routers.capacity = 1.0;
   for (const auto& r : smoe::router_names()) a.names.push_back(r.name);
+  const auto as_int = [](const std::string& v, std::size_t* n) { return std::stoi(v, n); };
+  const auto as_long = [](const std::string& v, std::size_t* n) { return std::stol(v, n); };
+  const auto as_real = [](const std::string& v, std::size_t* n) { return std::stod(v, n); };
+  const auto as_unsigned = [](const std::string& v, std::size_t* n) { return std::stoull(v, n); };
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {
@@ -95,20 +113,20 @@ Args parse(int argc, char** argv) {
     }
     if (i + 1 >= argc) throw std::invalid_argument(flag + " needs a value (see --help)");
     const std::string value = argv[++i];
-    if (flag == "--steps") a.train.steps = std::stoi(value);
+    if (flag == "--steps") a.train.steps = number(flag, value, as_int);
     else if (flag == "--routers") a.names = split_list(value);
-    else if (flag == "--p") a.routers.p = std::stod(value);
-    else if (flag == "--noise") a.routers.noise_alpha = std::stod(value);
-    else if (flag == "--xi") a.routers.xi = std::stod(value);
-    else if (flag == "--seeds") a.seeds = std::stoi(value);
-    else if (flag == "--seed") a.train.seed = std::stoull(value);
-    else if (flag == "--batch") a.train.batch = std::stol(value);
-    else if (flag == "--seq-len") a.train.seq_len = std::stol(value);
-    else if (flag == "--capacity") a.routers.capacity = std::stod(value);
-    else if (flag == "--momentum") a.model.momentum = std::stod(value);
-    else if (flag == "--step-size") a.model.step_size = std::stod(value);
-    else if (flag == "--attack") a.train.attack = std::stod(value);
-    else if (flag == "--threads") a.threads = std::stoi(value);
+    else if (flag == "--p") a.routers.p = number(flag, value, as_real);
+    else if (flag == "--noise") a.routers.noise_alpha = number(flag, value, as_real);
+    else if (flag == "--xi") a.routers.xi = number(flag, value, as_real);
+    else if (flag == "--seeds") a.seeds = number(flag, value, as_int);
+    else if (flag == "--seed") a.train.seed = number(flag, value, as_unsigned);
+    else if (flag == "--batch") a.train.batch = number(flag, value, as_long);
+    else if (flag == "--seq-len") a.train.seq_len = number(flag, value, as_long);
+    else if (flag == "--capacity") a.routers.capacity = number(flag, value, as_real);
+    else if (flag == "--momentum") a.model.momentum = number(flag, value, as_real);
+    else if (flag == "--step-size") a.model.step_size = number(flag, value, as_real);
+    else if (flag == "--attack") a.train.attack = number(flag, value, as_real);
+    else if (flag == "--threads") a.threads = number(flag, value, as_int);
     else if (flag == "--data") a.data = value;
     else if (flag == "--out") a.out = value;
     else if (flag == "--csv") a.csv = value;
@@ -117,6 +135,7 @@ Args parse(int argc, char** argv) {
   }
   if (a.train.steps < 1 || a.seeds < 1 || a.train.batch < 1 || a.threads < 1 || a.train.seq_len < 1)
     throw std::invalid_argument("--steps, --seeds, --batch, --seq-len and --threads must be at least 1");
+  if (a.train.seq_len > a.train.batch) throw std::invalid_argument("--seq-len must not exceed --batch (a batch's predictions)");
   if (!(a.routers.capacity >= 0) || !std::isfinite(a.routers.capacity))
     throw std::invalid_argument("--capacity must be finite and >= 0");
   if (!(a.train.attack >= 0 && a.train.attack <= 1)) throw std::invalid_argument("--attack must lie in [0, 1]");
@@ -501,8 +520,9 @@ int main(int argc, char** argv) try {
   } else {
     smoe::write_line_chart(loss_svg, "Training loss (" + smoothing + ")", "training step", "bits per byte", loss);
   }
-  std::ofstream(args.out + "/summary.md") << setup.str() << table.str() << paired << "\nMean output norm of each block:\n"
-                                           << norms.str();
+  std::ofstream summary(args.out + "/summary.md");
+  summary << setup.str() << table.str() << paired << "\nMean output norm of each block:\n" << norms.str();
+  if (!summary.flush()) throw std::runtime_error("cannot write " + args.out + "/summary.md");
 
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   std::cout << "\nval bits/byte: validation routed as deployed (evaluation path, with capacity); attacked: the same on "
