@@ -12,7 +12,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -79,6 +81,8 @@ template <class T, class Backend>
 Shard<T> route_shard(const Options& o, Backend backend, Job<T>& job) {
   const ssr::MpiCommunicator world(MPI_COMM_WORLD);
   const ssr::index_t m = job.m, n = job.n, k = job.k, ranks = world.size(), rank = world.rank();
+  if (m > std::numeric_limits<int>::max())  // every rank reads the same m: all of them stop here
+    throw std::invalid_argument("--distributed mpi gathers at most 2^31 - 1 rows, the file has " + std::to_string(m));
   Shard<T> s;
   s.begin = m * rank / ranks;
   s.rows = m * (rank + 1) / ranks - s.begin;
@@ -108,12 +112,18 @@ template <class T>
 void gather(const Shard<T>& s, Job<T>& job, int ranks) {
   const ssr::index_t m = job.m, n = job.n, k = job.k;
   std::vector<int> counts(static_cast<std::size_t>(ranks)), offsets(static_cast<std::size_t>(ranks));
+  // Whole rows as one datatype: MPI's counts and offsets are ints, which hold m rows (route_shard checks)
+  // where they need not hold m * n elements.
   const auto rows_gather = [&](const auto* mine, auto* all, ssr::index_t width, MPI_Datatype type) {
+    MPI_Datatype row = MPI_DATATYPE_NULL;
+    MPI_Type_contiguous(static_cast<int>(width), type, &row);
+    MPI_Type_commit(&row);
     for (int r = 0; r < ranks; ++r) {
-      counts[r] = static_cast<int>((m * (r + 1) / ranks - m * r / ranks) * width);
-      offsets[r] = static_cast<int>(m * r / ranks * width);
+      counts[r] = static_cast<int>(m * (r + 1) / ranks - m * r / ranks);
+      offsets[r] = static_cast<int>(m * r / ranks);
     }
-    MPI_Gatherv(mine, static_cast<int>(s.rows * width), type, all, counts.data(), offsets.data(), type, 0, MPI_COMM_WORLD);
+    MPI_Gatherv(mine, static_cast<int>(s.rows), row, all, counts.data(), offsets.data(), row, 0, MPI_COMM_WORLD);
+    MPI_Type_free(&row);
   };
   const MPI_Datatype real = std::is_same<T, double>::value ? MPI_DOUBLE : MPI_FLOAT;
   rows_gather(s.experts.data(), job.experts.data(), k, MPI_INT32_T);
