@@ -100,11 +100,10 @@ class Router(torch.nn.Module):
         self.persistent = bool(persistent)
         if expert_bias:
             self.register_buffer("expert_bias", torch.zeros(int(n_experts), dtype=torch.float32))
+            # The bias the last training call routed with, before it updated it: its recompute routes with it.
+            self.register_buffer("_routed_bias", torch.zeros(int(n_experts), dtype=torch.float32), persistent=False)
         else:
             self.expert_bias = None
-        # The bias the last training call routed with, before it updated it: its recompute routes with it.
-        if self.bias_update_rate > 0:
-            self.register_buffer("_routed_bias", torch.zeros(int(n_experts), dtype=torch.float32), persistent=False)
         self.group = group
         self.group_rank = 0 if group is None else dist.get_rank(group)
         # The step counter as a CPU tensor that the operator reads when it runs: torch.compile traces it as
@@ -176,10 +175,14 @@ class Router(torch.nn.Module):
         self._step.fill_(int(value))
 
     def __setstate__(self, state):
-        # A Router pickled by an earlier version holds its step as an int and no replay.
+        # A Router pickled by an earlier version holds its step as an int, no replay and no _routed_bias.
         if "_step" not in state:
             state["_step"] = torch.tensor(int(state.pop("step", 0)), dtype=torch.int64, device="cpu")
         state.setdefault("replay", None)
+        buffers = state.get("_buffers", {})
+        if buffers.get("expert_bias") is not None and "_routed_bias" not in buffers:
+            buffers["_routed_bias"] = buffers["expert_bias"].clone()
+            state.setdefault("_non_persistent_buffers_set", set()).add("_routed_bias")
         super().__setstate__(state)
 
     def get_extra_state(self):

@@ -223,6 +223,22 @@ def test_a_router_pickled_with_an_int_step_loads():
     assert old.step == 8
 
 
+def test_a_router_with_expert_bias_pickled_by_an_earlier_version_loads_and_updates():
+    import pickle
+
+    router = ssr_torch.Router("softmax", score="sigmoid", n_experts=8, expert_bias=True, bias_update_rate=0.25)
+    keys = set(router.state_dict())
+    state = router.__dict__.copy()
+    state["_buffers"] = {"expert_bias": router.expert_bias.clone()}  # as an earlier version pickled it
+    state["_non_persistent_buffers_set"] = set()
+    old = ssr_torch.Router.__new__(ssr_torch.Router)
+    old.__setstate__(pickle.loads(pickle.dumps(state)))
+    old(make_logits(64, 8, 1).float())
+    router(make_logits(64, 8, 1).float())
+    assert torch.equal(old.expert_bias, router.expert_bias) and torch.count_nonzero(old.expert_bias) > 0
+    assert set(old.state_dict()) == keys
+
+
 def test_the_step_counter_stays_on_the_cpu_whatever_the_default_device():
     with torch.device("meta"):
         router = ssr_torch.Router("softmax")
