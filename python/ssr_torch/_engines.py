@@ -47,12 +47,13 @@ def restore(model, mixin):
 
 def call_step(module, checkpointed):
     """The step of a training call: None (the Router's counter) for a plain forward; inside backward, the step
-    of the checkpointed forward it recomputes, which that forward remembered (`checkpointed`)."""
+    of the checkpointed forward it recomputes, which that forward remembered (`checkpointed`), or None, with
+    which the Router takes the step before its counter's."""
     ssr = module.ssr
     if not ssr.training:
         return None
     if _in_backward():
-        return module._ssr_steps.popleft() if module._ssr_steps else ssr.step - 1
+        return module._ssr_steps.popleft() if module._ssr_steps else None
     if checkpointed:
         module._ssr_steps.append(ssr.step)
     return None
