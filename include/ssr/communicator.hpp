@@ -35,24 +35,45 @@ class Communicator {
   virtual void sum_on_host(std::int64_t* data, std::size_t count, Stream stream) const = 0;
 };
 
-// Runs a call's local checks on every rank of comm, then has the ranks add up who failed and how many
-// rows each holds, so that an error on one rank is an error on every rank and never a hang. Rethrows a
-// rank's own error; a rank whose checks passed throws one naming the failed rank(s). Returns the rows of
-// the whole problem. Router::route does this before a distributed solve; an engine whose own checks
-// precede the call (e.g. of its tensors) runs them through agree first, so they are agreed on too.
+// A value every rank of a call must hold alike (its number of experts, or a digest of its options and
+// shape, detail::Digest), and what it stands for in the error when the ranks' values differ.
+struct Alike {
+  std::uint64_t value = 0;
+  const char* what = "arguments";
+};
+
+// Runs a call's local checks on every rank of comm, then has the ranks add up who failed, how many rows
+// each holds and their `alike` values, so that an error on one rank is an error on every rank and never a
+// hang. Rethrows a rank's own error; a rank whose checks passed throws one naming the failed rank(s); when
+// the alike values differ, every rank throws. Returns the rows of the whole problem. Router::route does this
+// before a distributed solve; an engine whose own checks precede the call (e.g. of its tensors) runs them
+// through agree first, so they are agreed on too.
 template <class Stream, class Checks>
-std::int64_t agree(const Communicator<Stream>& comm, Stream stream, std::int64_t rows, const Checks& checks) {
+std::int64_t agree(const Communicator<Stream>& comm, Stream stream, std::int64_t rows, const Checks& checks,
+                   Alike alike = {}) {
   std::exception_ptr error;
   try {
     checks();
   } catch (...) {
     error = std::current_exception();
   }
-  std::int64_t status[3] = {error ? 1 : 0, error ? 0 : rows, error ? comm.rank() : 0};
-  comm.sum_on_host(status, 3, stream);
+  // [ranks that failed, rows, the failed rank; then per byte of alike.value: its sum and its square's sum]
+  constexpr std::size_t bytes = sizeof alike.value;
+  std::int64_t status[3 + 2 * bytes] = {error ? 1 : 0, error ? 0 : rows, error ? comm.rank() : 0};
+  for (std::size_t b = 0; b < bytes; ++b) {
+    const auto byte = static_cast<std::int64_t>((alike.value >> (8 * b)) & 0xff);
+    status[3 + 2 * b] = byte;
+    status[4 + 2 * b] = byte * byte;
+  }
+  comm.sum_on_host(status, 3 + 2 * bytes, stream);
   if (error) std::rethrow_exception(error);
   if (status[0] == 1) detail::fail("the call failed on rank ", status[2], " of ", comm.size(), " (see its error)");
   if (status[0] > 1) detail::fail("the call failed on ", status[0], " of ", comm.size(), " ranks (see their errors)");
+  // R values are alike when each byte's variance is 0, R sum(b^2) = (sum b)^2: exact in int64 up to 2^23 ranks.
+  const std::int64_t ranks = comm.size();
+  for (std::size_t b = 0; b < bytes; ++b)
+    if (ranks * status[4 + 2 * b] != status[3 + 2 * b] * status[3 + 2 * b])
+      detail::fail("the ranks made the call with different ", alike.what);
   return status[1];
 }
 

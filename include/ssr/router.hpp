@@ -14,6 +14,7 @@
 
 #include "ssr/call.hpp"
 #include "ssr/context.hpp"
+#include "ssr/detail/digest.hpp"
 #include "ssr/detail/workspace.hpp"
 #include "ssr/dispatch.hpp"
 #include "ssr/error.hpp"
@@ -57,6 +58,35 @@ bool checks_while_routing(const B& backend, const RouteSpec& spec, const typenam
   } else {
     return false;
   }
+}
+
+// Grows the backend's own workspace for a call now, where the backend can (reserve_workspace): a
+// distributed call does so among the checks its ranks agree on, so that a failed allocation fails them all.
+template <class B, class = void>
+struct has_reserve_workspace : std::false_type {};
+template <class B>
+struct has_reserve_workspace<
+    B, std::void_t<decltype(std::declval<B&>().reserve_workspace(std::declval<const RouteSpec&>(), index_t{}, index_t{},
+                                                                 std::declval<const typename B::options_type&>()))>>
+    : std::true_type {};
+template <class B>
+void reserve_workspace(B& backend, const RouteSpec& spec, index_t m, index_t n,
+                       const typename B::options_type& options) {
+  if constexpr (has_reserve_workspace<B>::value) backend.reserve_workspace(spec, m, n, options);
+}
+
+// What the ranks of a distributed call must hold alike: all the spec decides but its rows, the context's
+// random key, and the number of experts (the length of every collective).
+inline Alike distributed_call_alike(const RouteSpec& spec, const Context& ctx, index_t n) {
+  Digest d;
+  d.add(static_cast<int>(spec.path)).add(spec.k).add(static_cast<int>(spec.cost)).add(spec.noise_alpha);
+  d.add(spec.noise_sigma).add(spec.sinkhorn.xi).add(spec.sinkhorn.tol).add(spec.sinkhorn.max_iters);
+  d.add(static_cast<int>(spec.weights)).add(static_cast<int>(spec.select.score)).add(spec.select.n_groups);
+  d.add(spec.select.topk_groups).add(static_cast<int>(ctx.mode)).add(ctx.step).add(std::uint64_t{ctx.layer});
+  d.add(std::uint64_t{ctx.seed}).add(static_cast<std::int64_t>(n));
+  return {d.value(),
+          "numbers of experts or options (k, cost, noise, Sinkhorn parameters, weights, score, "
+          "groups, mode, step, layer, seed)"};
 }
 }  // namespace detail
 
@@ -159,7 +189,12 @@ class Router {
         backend_.check_finite(logits, options);
     };
     if (options.communicator && spec.path == Path::sinkhorn) {
-      spec.total_rows = agree(*options.communicator, options.stream, logits.rows, checks);
+      const auto checks_and_room = [&] {
+        checks();
+        detail::reserve_workspace(backend_, spec, logits.rows, logits.cols, options);
+      };
+      spec.total_rows = agree(*options.communicator, options.stream, logits.rows, checks_and_room,
+                              detail::distributed_call_alike(spec, ctx, logits.cols));
     } else {
       checks();
     }

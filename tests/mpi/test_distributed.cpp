@@ -2,8 +2,9 @@
 // [floor(r m / R), floor((r + 1) m / R)) of the same logits, and the result equals the single-process
 // route of all m rows: experts identical (these logits have no near-ties), weights within 1e-5 (float)
 // and 1e-10 (double), the same iterations, identical noise, the same total load. Every rank reaches the
-// same potentials and statistics bit for bit, run after run; an invalid call on one rank is an error on
-// every rank; the softmax path does not communicate.
+// same potentials and statistics bit for bit, run after run; an invalid call on one rank, or ranks that
+// call with different numbers of experts or options, is an error on every rank; the softmax path does not
+// communicate.
 #include <catch2/catch.hpp>
 
 #include <ssr/mpi.hpp>
@@ -188,6 +189,21 @@ TEST_CASE("an invalid call on one rank is an error on every rank", "[mpi][errors
                                  Options{}.across(world())),
                     Contains(world().rank() == 0 ? "weights has shape" : "failed on rank 0"));
 
+  // Another number of experts, or other options, on the last rank: every collective would be sized or
+  // stopped differently there (with 3 ranks the sums of the experts are those of alike ranks, 7 + 8 + 9).
+  if (world().size() > 1) {
+    const int me = world().rank();
+    const index_t mine_n = world().size() == 3 ? 7 + me : (me == last ? n - 1 : n);
+    const auto t = test::random_logits<float>(m, mine_n, 1.0, 3);
+    CHECK_THROWS_WITH(route_shard<ssr::CpuBackend<float>>(policy, t, mine_n, mine, Context::train(0), &world()),
+                      Contains("the ranks made the call with different numbers of experts or options"));
+    const ssr::SinkhornTopK other(2, ssr::Cost::linear, {0.5, 1e-4, me == last ? 50 : 100});
+    CHECK_THROWS_WITH(route_shard<ssr::CpuBackend<float>>(other, s, n, mine, Context::train(0), &world()),
+                      Contains("different numbers of experts or options"));
+    CHECK_THROWS_WITH(route_shard<ssr::CpuBackend<float>>(policy, s, n, mine, Context::train(me == last ? 1 : 0), &world()),
+                      Contains("different numbers of experts or options"));
+  }
+
   // And the ranks are still in step: the next call succeeds everywhere.
   CHECK(route_shard<ssr::CpuBackend<float>>(policy, s, n, mine, Context::train(0), &world()).info.converged);
 }
@@ -236,4 +252,20 @@ TEST_CASE("the expert bias and the global-batch loss see the loads of every rank
   CHECK_THROWS_WITH(ssr::update_expert_bias(ssr::VectorView<const std::int32_t>(bad.data(), n), 0.01,
                                             ssr::VectorView<float>(bias.data(), n), &world()),
                     Contains(world().rank() == world().size() - 1 ? "load[2] = -1" : "failed on rank"));
+
+  // Loads of different lengths are an error on every rank, also where their lengths sum to R n (7, 8, 9).
+  if (world().size() > 1) {
+    const int me = world().rank(), last = world().size() - 1;
+    const index_t mine_n = world().size() == 3 ? 7 + me : (me == last ? n - 1 : n);
+    const std::vector<std::int32_t> loads(static_cast<std::size_t>(mine_n), 3);
+    std::vector<float> biases(static_cast<std::size_t>(mine_n), 0.0f);
+    CHECK_THROWS_WITH(ssr::update_expert_bias(ssr::VectorView<const std::int32_t>(loads.data(), mine_n), 0.01,
+                                              ssr::VectorView<float>(biases.data(), mine_n), &world()),
+                      Contains("the ranks made the call with different numbers of experts"));
+    const auto logits = test::random_logits<double>(4, mine_n, 1.0, 6);
+    CHECK_THROWS_WITH(ssr::global_load_balancing_loss<double>({logits.data(), 4, mine_n},
+                                                              ssr::VectorView<const std::int32_t>(loads.data(), mine_n),
+                                                              4, k, {}, ssr::Score::softmax, &world()),
+                      Contains("the ranks made the call with different numbers of experts"));
+  }
 }

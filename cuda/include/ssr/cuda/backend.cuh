@@ -61,6 +61,13 @@ class CudaBackend {
   // Bytes of the backend's own workspace: it only grows, so same-shaped calls allocate once.
   std::size_t held_workspace_bytes() const { return own_.bytes(); }
 
+  // Grows the backend's own workspace to what a call of this spec and shape needs, unless options bring
+  // one, and the pinned memory of its read-backs: the Router does so among a distributed call's agreed checks.
+  void reserve_workspace(const RouteSpec& spec, index_t m, index_t n, const options_type& options) {
+    (void)detail::carve_workspace(options.workspace, workspace_bytes(spec, m, n), own_workspace(options.stream));
+    (void)cuda::pinned_read_back_block();
+  }
+
   // Throws ssr::Error naming the first non-finite logit in row-major order: one 8-byte read-back, which
   // waits for the stream.
   template <class In>

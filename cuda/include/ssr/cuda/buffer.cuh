@@ -74,26 +74,32 @@ class DeviceBuffer {
   int device_ = -1;  // where data_ was allocated
 };
 
-// Copies *device on stream into pinned host memory, waits for the stream, and returns the value: a copy
-// into pinned memory is a direct transfer, where pageable memory is staged through a driver buffer. The
-// pinned block is the calling thread's, allocated on its first read-back and freed when the thread ends,
-// so that backends made for one call (as the PyTorch operator's) allocate none.
-template <class V>
-V read_back(const V* device, cudaStream_t stream) {
+// The calling thread's pinned host block that read-backs go through: allocated on its first use (or
+// reserved ahead, CudaBackend::reserve_workspace) and freed when the thread ends, so that backends made
+// for one call (as the PyTorch operator's) allocate none.
+constexpr std::size_t read_back_bytes = 256;
+inline void* pinned_read_back_block() {
   struct Block {
     void* data = nullptr;
     ~Block() {
       if (data != nullptr) cudaFreeHost(data);
     }
   };
-  constexpr std::size_t bytes = 256;
-  static_assert(sizeof(V) <= bytes, "read_back: a value larger than the pinned block");
   thread_local Block block;
-  if (block.data == nullptr) check(cudaMallocHost(&block.data, bytes), "cudaMallocHost (read-back)");
-  check(cudaMemcpyAsync(block.data, device, sizeof(V), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync (read-back)");
+  if (block.data == nullptr) check(cudaMallocHost(&block.data, read_back_bytes), "cudaMallocHost (read-back)");
+  return block.data;
+}
+
+// Copies *device on stream into pinned host memory, waits for the stream, and returns the value: a copy
+// into pinned memory is a direct transfer, where pageable memory is staged through a driver buffer.
+template <class V>
+V read_back(const V* device, cudaStream_t stream) {
+  static_assert(sizeof(V) <= read_back_bytes, "read_back: a value larger than the pinned block");
+  void* block = pinned_read_back_block();
+  check(cudaMemcpyAsync(block, device, sizeof(V), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync (read-back)");
   check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (read-back)");
   V value;
-  std::memcpy(&value, block.data, sizeof(V));
+  std::memcpy(&value, block, sizeof(V));
   return value;
 }
 

@@ -10,6 +10,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "ssr/backend/cpu/load.hpp"
 #include "ssr/backend/cpu/sinkhorn.hpp"
 #include "ssr/backend/cpu/softmax.hpp"
 #include "ssr/backend/cpu/tuning.hpp"
@@ -62,6 +63,12 @@ class CpuBackend {
   // Bytes of the backend's own workspace: it only grows, so same-shaped calls allocate once.
   std::size_t held_workspace_bytes() const { return own_.capacity(); }
 
+  // Grows the backend's own workspace to what a call of this spec and shape needs, unless options bring
+  // one: the Router does so among a distributed call's agreed checks.
+  void reserve_workspace(const RouteSpec& spec, index_t m, index_t n, const options_type& options) {
+    (void)detail::carve_workspace(options.workspace, workspace_bytes(spec, m, n), own_workspace());
+  }
+
   // Runs a resolved spec; the Router checked the arguments (and their values, unless told not to).
   RouteInfo route(const RouteSpec& spec, const Context& ctx, ConstMatrixView<T> s, const RouteOutputs<T>& out,
                   const options_type& options) {
@@ -73,8 +80,7 @@ class CpuBackend {
       std::fill(out.load.data, out.load.data + out.load.size, 0);
       return info;
     }
-    detail::Carve c = detail::carve_workspace(options.workspace, workspace_bytes(spec, m, n),
-                                              [this](std::size_t needed) { return own_.reserve(needed); });
+    detail::Carve c = detail::carve_workspace(options.workspace, workspace_bytes(spec, m, n), own_workspace());
     const Layout b = layout(c, spec, m, n);
 #if !defined(__CUDA_ARCH__)  // nvcc's device pass compiles no host code, and its device code has no lanes
     if (solve) {
@@ -84,7 +90,7 @@ class CpuBackend {
       route_softmax(cpu::Softmax<T>{spec, ctx, s, out}, b);
     }
 #endif
-    if (!out.load.empty()) count_load(out.experts, out.load, b.counts, threads_for(m * n));
+    if (!out.load.empty()) cpu::count_load(out.experts, out.load, b.counts, threads_for(m * n));
     return info;
   }
 
@@ -137,7 +143,7 @@ class CpuBackend {
     cpu::SinkhornBuffers<T> sinkhorn;
     T* logits;              // softmax path: a tile per thread
     double *noise, *costs;  // softmax path: a tile of doubles each, per thread
-    std::int32_t* counts;   // count_load's tallies, n * ways per thread
+    std::int32_t* counts;   // count_load's tallies, n * load_ways per thread
   };
 
   Layout layout(detail::Carve& c, const RouteSpec& spec, index_t m, index_t n) const {
@@ -151,7 +157,7 @@ class CpuBackend {
       l.noise = c.take<double>(tile);
       l.costs = c.take<double>(tile);
     }
-    l.counts = c.take<std::int32_t>(static_cast<std::size_t>(n * ways * nt));
+    l.counts = c.take<std::int32_t>(static_cast<std::size_t>(n * cpu::load_ways * nt));
     return l;
   }
 
@@ -212,33 +218,8 @@ class CpuBackend {
           detail::fail_bad_assignment(i, r, experts(i, r), n, weights(i, r), grad_weights(i, r));
   }
 
-  // load[j]: how many chosen entries name expert j. Each thread counts its rows' entries in turn into `ways`
-  // tallies (adds to one expert seldom wait on each other), added in order: integers, the same on any team.
-  static constexpr index_t ways = 4;
-  static void count_load(ConstMatrixView<std::int32_t> experts, VectorView<std::int32_t> load, std::int32_t* counts,
-                         int threads) {
-    const index_t n = load.size, k = experts.cols;
-    std::fill(counts, counts + n * ways * threads, 0);
-    detail::parallel(threads, [&] {
-      std::int32_t* tally = counts + n * ways * detail::thread_id();
-      const auto count = [&](const std::int32_t* e, index_t entries) {
-        index_t a = 0;
-        for (; a + ways <= entries; a += ways)
-          for (index_t w = 0; w < ways; ++w) ++tally[w * n + e[a + w]];
-        for (; a < entries; ++a) ++tally[e[a]];
-      };
-      const auto [i0, i1] = detail::own_range(experts.rows);
-      if (experts.stride == k) {  // the rows are one run of entries
-        if (i1 > i0) count(experts.row(i0), (i1 - i0) * k);
-      } else {
-        for (index_t i = i0; i < i1; ++i) count(experts.row(i), k);
-      }
-    });
-    for (index_t j = 0; j < n; ++j) {
-      std::int32_t sum = 0;
-      for (index_t t = 0; t < ways * threads; ++t) sum += counts[t * n + j];
-      load[j] = sum;
-    }
+  auto own_workspace() {
+    return [this](std::size_t needed) { return own_.reserve(needed); };
   }
 
   int threads_ = 0;

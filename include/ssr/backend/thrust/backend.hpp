@@ -60,6 +60,12 @@ class ThrustBackend {
   // Bytes of the backend's own workspace: it only grows, so same-shaped calls allocate once.
   std::size_t held_workspace_bytes() const { return own_.size(); }
 
+  // Grows the backend's own workspace to what a call of this spec and shape needs, unless options bring
+  // one: the Router does so among a distributed call's agreed checks.
+  void reserve_workspace(const RouteSpec& spec, index_t m, index_t n, const options_type& options) {
+    (void)detail::carve_workspace(options.workspace, workspace_bytes(spec, m, n), own_workspace());
+  }
+
   // Throws ssr::Error naming the first non-finite logit in row-major order.
   void check_finite(ConstMatrixView<T> s, const options_type& /*options*/) const {
     namespace alg = thrust_algorithms;
