@@ -2,8 +2,8 @@
 // [floor(r m / R), floor((r + 1) m / R)) of the same logits, and the result equals the single-process
 // route of all m rows: experts identical (these logits have no near-ties), weights within 1e-5 (float)
 // and 1e-10 (double), the same iterations, identical noise, the same total load. Every rank reaches the
-// same potentials and statistics bit for bit, run after run; an invalid call on one rank, or ranks that
-// call with different numbers of experts or options, is an error on every rank; the softmax path does not
+// same potentials and statistics bit for bit, run after run; an invalid call or a failed allocation on one
+// rank, or ranks that call with different numbers of experts or options, is an error on every rank; the softmax path does not
 // communicate.
 #include <catch2/catch.hpp>
 
@@ -116,6 +116,15 @@ class Counting final : public ssr::Communicator<ssr::HostStream> {
   mutable int calls = 0;
 };
 
+// The CPU backend whose own workspace cannot grow on the last rank (an allocation that fails there only).
+class RefusingOnLastRank : public ssr::CpuBackend<float> {
+ public:
+  void reserve_workspace(const ssr::RouteSpec& spec, index_t m, index_t n, const options_type& options) {
+    if (world().rank() == world().size() - 1) throw ssr::RuntimeError("cannot allocate the workspace (refused)");
+    ssr::CpuBackend<float>::reserve_workspace(spec, m, n, options);
+  }
+};
+
 }  // namespace
 
 TEMPLATE_TEST_CASE("a sharded solve equals the single-process solve of all rows", "[mpi]", float, double) {
@@ -203,6 +212,11 @@ TEST_CASE("an invalid call on one rank is an error on every rank", "[mpi][errors
     CHECK_THROWS_WITH(route_shard<ssr::CpuBackend<float>>(policy, s, n, mine, Context::train(me == last ? 1 : 0), &world()),
                       Contains("different numbers of experts or options"));
   }
+
+  // The backend's own workspace grows among the agreed checks: an allocation failing on one rank fails all.
+  const bool last_rank = world().rank() == last;
+  CHECK_THROWS_WITH(route_shard<RefusingOnLastRank>(policy, s, n, mine, Context::train(0), &world()),
+                    Contains(last_rank ? "cannot allocate the workspace" : "failed on rank"));
 
   // And the ranks are still in step: the next call succeeds everywhere.
   CHECK(route_shard<ssr::CpuBackend<float>>(policy, s, n, mine, Context::train(0), &world()).info.converged);
