@@ -48,19 +48,25 @@ struct RouteArgs {
     return ssr::make_policy(config);
   }
 
+  // The context of the call, which decides its path: the same on every rank.
   ssr::Context context() const {
     TORCH_CHECK(seed >= 0 && seed <= 0xffffffffLL, "ssr.route: invalid seed = ", seed, ": must be in [0, 2^32)");
     TORCH_CHECK(layer >= 0 && layer <= 0xffffffffLL, "ssr.route: invalid layer = ", layer, ": must be in [0, 2^32)");
     TORCH_CHECK(step >= 0, "ssr.route: invalid step = ", step, ": must be >= 0");
+    return training ? ssr::Context::train(static_cast<std::uint64_t>(step), static_cast<std::uint32_t>(layer),
+                                          static_cast<std::uint32_t>(seed))
+                    : ssr::Context::eval();
+  }
+
+  // ctx with this rank's first row and expert bias, which may differ between ranks (checked among the
+  // checks the ranks agree on).
+  ssr::Context placed(const ssr::Context& ctx) const {
     TORCH_CHECK(first_row >= 0, "ssr.route: invalid first_row = ", first_row, ": must be >= 0");
-    ssr::Context ctx = training ? ssr::Context::train(static_cast<std::uint64_t>(step), static_cast<std::uint32_t>(layer),
-                                                      static_cast<std::uint32_t>(seed))
-                                : ssr::Context::eval();
-    ctx = ctx.at_row(static_cast<std::uint64_t>(first_row));
+    ssr::Context c = ctx.at_row(static_cast<std::uint64_t>(first_row));
     // The pointer only: check_expert_bias, among the call's agreed checks, says whether it is usable.
     if (expert_bias.has_value())
-      ctx = ctx.with_bias({static_cast<const float*>(expert_bias->const_data_ptr()), expert_bias->numel()});
-    return ctx;
+      c = c.with_bias({static_cast<const float*>(expert_bias->const_data_ptr()), expert_bias->numel()});
+    return c;
   }
 
   // The expert bias a kernel reads: float32, one contiguous entry per expert, on the logits' device.

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <tuple>
 
@@ -37,27 +38,32 @@ ssr::Workspace host_workspace(std::size_t bytes) {
   return {buffer.reserve(bytes), bytes};
 }
 
+// The call made ready to run: its logits contiguous, its outputs and workspace allocated (with a group,
+// among the checks the ranks agree on, so that a failed allocation fails every rank).
 template <class T>
-std::tuple<Tensor, Tensor, Tensor, Tensor> route_on_cpu(const Tensor& logits, const ssr::SSRPolicy& policy,
-                                                        const ssr::Context& ctx, const HostCommunicator* ranks) {
+RouteCall<HostCommunicator> prepare_on_cpu(const Tensor& logits, const ssr::SSRPolicy& policy, const ssr::Context& ctx) {
   const Tensor s = logits.contiguous();
   const int64_t m = s.size(0), n = s.size(1), k = policy.resolve(ctx).k;
-  ssr::Router<ssr::SSRPolicy, ssr::CpuBackend<T>> router(policy, ssr::CpuBackend<T>(at::get_num_threads()));
+  auto router = std::make_shared<ssr::Router<ssr::SSRPolicy, ssr::CpuBackend<T>>>(
+      policy, ssr::CpuBackend<T>(at::get_num_threads()));
   Tensor experts = at::empty({m, k}, s.options().dtype(at::kInt));
   Tensor weights = at::empty({m, k}, s.options());
   Tensor load = at::empty({n}, s.options().dtype(at::kInt));
   Tensor info = at::empty({info_size}, s.options().dtype(at::kDouble));
-  auto options = ssr::CallOptions<ssr::HostStream>{}.using_workspace(host_workspace(router.workspace_bytes(m, n, ctx)));
-  if (ranks != nullptr) options.across(*ranks);
-  const ssr::RouteInfo result = router.route(
-      {s.data_ptr<T>(), m, n}, ctx,
-      {{experts.data_ptr<int32_t>(), m, k}, {weights.data_ptr<T>(), m, k}, {load.data_ptr<int32_t>(), n}}, options);
-  double* written = info.data_ptr<double>();  // written in place: torch::tensor of a list selects and fills each entry
-  written[0] = result.path == ssr::Path::sinkhorn ? 1.0 : 0.0;
-  written[1] = result.weights == ssr::Weights::scores ? 1.0 : 0.0;
-  written[2] = static_cast<double>(result.iterations);
-  written[3] = result.marginal_error;
-  return {experts, weights, load, info};
+  const ssr::Workspace workspace = host_workspace(router->workspace_bytes(m, n, ctx));
+  return [=](const HostCommunicator* ranks) {
+    auto options = ssr::CallOptions<ssr::HostStream>{}.using_workspace(workspace);
+    if (ranks != nullptr) options.across(*ranks);
+    const ssr::RouteInfo result = router->route(
+        {s.data_ptr<T>(), m, n}, ctx,
+        {{experts.data_ptr<int32_t>(), m, k}, {weights.data_ptr<T>(), m, k}, {load.data_ptr<int32_t>(), n}}, options);
+    double* written = info.data_ptr<double>();  // written in place: torch::tensor of a list selects and fills each entry
+    written[0] = result.path == ssr::Path::sinkhorn ? 1.0 : 0.0;
+    written[1] = result.weights == ssr::Weights::scores ? 1.0 : 0.0;
+    written[2] = static_cast<double>(result.iterations);
+    written[3] = result.marginal_error;
+    return Routed{experts, weights, load, info};
+  };
 }
 
 void check_cpu_logits(const Tensor& logits) {
@@ -77,15 +83,14 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> route_cpu(const Tensor& logits, std::
                     p,                 noise_alpha, noise_sigma,     seed,  step_of(step, step_tensor),
                     layer,             training,    first_row,
                     std::move(score),  n_groups,    topk_groups, expert_bias};
-  return route_in_group(a, group, c10::Device(c10::kCPU), ssr::HostStream{}, [&] {
-                          check_cpu_logits(logits);
-                          a.check_expert_bias(logits);
-                        },
-                        [&](const ssr::SSRPolicy& route_policy, const ssr::Context& ctx, const HostCommunicator* ranks) {
-                          return logits.scalar_type() == torch::kFloat64
-                                     ? route_on_cpu<double>(logits, route_policy, ctx, ranks)
-                                     : route_on_cpu<float>(logits, route_policy, ctx, ranks);
-                        });
+  return route_in_group<ssr::HostStream>(
+      a, group, c10::Device(c10::kCPU), ssr::HostStream{},
+      [&](const ssr::SSRPolicy& route_policy, const ssr::Context& ctx) {
+        check_cpu_logits(logits);
+        a.check_expert_bias(logits);
+        return logits.scalar_type() == torch::kFloat64 ? prepare_on_cpu<double>(logits, route_policy, ctx)
+                                                       : prepare_on_cpu<float>(logits, route_policy, ctx);
+      });
 }
 
 template <class T>

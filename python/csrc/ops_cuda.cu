@@ -12,6 +12,7 @@
 #include <torch/library.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <tuple>
 
@@ -37,34 +38,39 @@ __global__ void write_info(double* info, double sinkhorn, double passes, const s
   info[3] = pending != nullptr ? pending->marginal_error : marginal_error;
 }
 
+// The call made ready to run: its logits contiguous, its outputs and workspace allocated (with a group,
+// among the checks the ranks agree on, so that a failed allocation fails every rank).
 template <class T, class In>
-std::tuple<Tensor, Tensor, Tensor, Tensor> route_on_cuda(const Tensor& logits, const ssr::SSRPolicy& policy,
-                                                         const ssr::Context& ctx, const DeviceCommunicator* ranks) {
+RouteCall<DeviceCommunicator> prepare_on_cuda(const Tensor& logits, const ssr::SSRPolicy& policy,
+                                              const ssr::Context& ctx) {
   const Tensor s = logits.contiguous();
   const int64_t m = s.size(0), n = s.size(1), k = policy.resolve(ctx).k;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(s.get_device()).stream();
-  ssr::Router<ssr::SSRPolicy, ssr::CudaBackend<T>> router(policy);
+  auto router = std::make_shared<ssr::Router<ssr::SSRPolicy, ssr::CudaBackend<T>>>(policy);
   const at::TensorOptions on_device = s.options();
   Tensor experts = at::empty({m, k}, on_device.dtype(at::kInt));
   Tensor weights = at::empty({m, k}, on_device.dtype(c10::CppTypeToScalarType<T>::value));
   Tensor load = at::empty({n}, on_device.dtype(at::kInt));
   Tensor info = at::empty({info_size}, on_device.dtype(at::kDouble));
-  Tensor workspace = at::empty({static_cast<int64_t>(router.workspace_bytes(m, n, ctx))}, on_device.dtype(at::kByte));
-  auto options = ssr::CallOptions<cudaStream_t>{}.on(stream).using_workspace(
-      {workspace.data_ptr(), static_cast<std::size_t>(workspace.numel())});
+  Tensor workspace = at::empty({static_cast<int64_t>(router->workspace_bytes(m, n, ctx))}, on_device.dtype(at::kByte));
   // The Sinkhorn path checks its logits as on the CPU (NaN would spoil every column); the softmax path, and
   // any call in a CUDA graph capture, where nothing may wait, do not.
-  if (policy.resolve(ctx).path != ssr::Path::sinkhorn || ssr::cuda::capturing(stream)) options.unchecked();
-  if (ranks != nullptr) options.across(*ranks);
-  const ssr::RouteInfo result = router.route(
-      ssr::MatrixView<const In>{static_cast<const In*>(s.const_data_ptr()), m, n}, ctx,
-      {{experts.data_ptr<int32_t>(), m, k}, {weights.data_ptr<T>(), m, k}, {load.data_ptr<int32_t>(), n}}, options);
-  // Before the workspace, which may hold the pending statistics, returns to the allocator (in stream order).
-  write_info<<<1, 1, 0, stream>>>(info.data_ptr<double>(), result.path == ssr::Path::sinkhorn ? 1.0 : 0.0,
-                                  result.weights == ssr::Weights::scores ? 1.0 : 0.0, result.pending,
-                                  result.iterations, result.marginal_error);
-  ssr::cuda::check(cudaGetLastError(), "write info");
-  return {experts, weights, load, info};
+  const bool unchecked = policy.resolve(ctx).path != ssr::Path::sinkhorn || ssr::cuda::capturing(stream);
+  return [=](const DeviceCommunicator* ranks) {
+    auto options = ssr::CallOptions<cudaStream_t>{}.on(stream).using_workspace(
+        {workspace.data_ptr(), static_cast<std::size_t>(workspace.numel())});
+    if (unchecked) options.unchecked();
+    if (ranks != nullptr) options.across(*ranks);
+    const ssr::RouteInfo result = router->route(
+        ssr::MatrixView<const In>{static_cast<const In*>(s.const_data_ptr()), m, n}, ctx,
+        {{experts.data_ptr<int32_t>(), m, k}, {weights.data_ptr<T>(), m, k}, {load.data_ptr<int32_t>(), n}}, options);
+    // Before the workspace, which may hold the pending statistics, returns to the allocator (in stream order).
+    write_info<<<1, 1, 0, stream>>>(info.data_ptr<double>(), result.path == ssr::Path::sinkhorn ? 1.0 : 0.0,
+                                    result.weights == ssr::Weights::scores ? 1.0 : 0.0, result.pending,
+                                    result.iterations, result.marginal_error);
+    ssr::cuda::check(cudaGetLastError(), "write info");
+    return Routed{experts, weights, load, info};
+  };
 }
 
 void check_cuda_logits(const Tensor& logits) {
@@ -87,18 +93,17 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> route_cuda(const Tensor& logits, std:
                     layer,             training,    first_row,
                     std::move(score),  n_groups,    topk_groups, expert_bias};
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(logits.get_device()).stream();
-  return route_in_group(a, group, logits.device(), stream, [&] {
-                          check_cuda_logits(logits);
-                          a.check_expert_bias(logits);
-                        },
-                        [&](const ssr::SSRPolicy& route_policy, const ssr::Context& ctx, const DeviceCommunicator* ranks) {
-                          switch (logits.scalar_type()) {
-                            case at::kDouble: return route_on_cuda<double, double>(logits, route_policy, ctx, ranks);
-                            case at::kHalf: return route_on_cuda<float, __half>(logits, route_policy, ctx, ranks);
-                            case at::kBFloat16: return route_on_cuda<float, __nv_bfloat16>(logits, route_policy, ctx, ranks);
-                            default: return route_on_cuda<float, float>(logits, route_policy, ctx, ranks);
-                          }
-                        });
+  return route_in_group<cudaStream_t>(
+      a, group, logits.device(), stream, [&](const ssr::SSRPolicy& route_policy, const ssr::Context& ctx) {
+        check_cuda_logits(logits);
+        a.check_expert_bias(logits);
+        switch (logits.scalar_type()) {
+          case at::kDouble: return prepare_on_cuda<double, double>(logits, route_policy, ctx);
+          case at::kHalf: return prepare_on_cuda<float, __half>(logits, route_policy, ctx);
+          case at::kBFloat16: return prepare_on_cuda<float, __nv_bfloat16>(logits, route_policy, ctx);
+          default: return prepare_on_cuda<float, float>(logits, route_policy, ctx);
+        }
+      });
 }
 
 template <class T>

@@ -15,8 +15,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace ssr_torch {
@@ -61,16 +63,27 @@ class ProcessGroupCommunicator final : public ssr::Communicator<Stream> {
   c10::Device device_;
 };
 
-// Calls route(policy, context, ranks). The options decide the path, the same on every rank; the tensors
-// may differ, so with a group, on the Sinkhorn path, the kernel's checks of them are agreed on by the ranks
-// before its first collective (and the library's own checks after): an error on one rank is an error on
-// every rank. ranks is null without a group and on the softmax path, which does not communicate.
-template <class Stream, class Checks, class Route>
-auto route_in_group(const RouteArgs& args, const std::string& group, c10::Device device, Stream stream,
-                    const Checks& checks, const Route& route) {
+// What a kernel returns: experts, weights, load and info.
+using Routed = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+// A kernel's call made ready (checked, its memory allocated): it routes over the ranks given, or alone.
+template <class Communicator>
+using RouteCall = std::function<Routed(const Communicator*)>;
+
+// Runs prepare(policy, context), which checks the tensors and allocates what the call needs, then the call
+// it returns. The options decide the path, the same on every rank; the tensors and first rows may differ,
+// so with a group, on the Sinkhorn path, the first row's check and prepare are agreed on by the ranks before
+// the call's first collective (and the library's own checks after): an error, or a failed allocation, on
+// one rank is an error on every rank. The call gets no ranks without a group and on the softmax path, which
+// does not communicate.
+template <class Stream, class Prepare>
+Routed route_in_group(const RouteArgs& args, const std::string& group, c10::Device device, Stream stream,
+                      const Prepare& prepare) {
   try {
     const ssr::SSRPolicy policy = args.policy_value();
     const ssr::Context ctx = args.context();
+    RouteCall<ProcessGroupCommunicator<Stream>> call;
+    const auto checks = [&] { call = prepare(policy, args.placed(ctx)); };
     std::optional<ProcessGroupCommunicator<Stream>> ranks;
     if (!group.empty() && policy.resolve(ctx).path == ssr::Path::sinkhorn) {
       ranks.emplace(group, device);
@@ -78,7 +91,7 @@ auto route_in_group(const RouteArgs& args, const std::string& group, c10::Device
     } else {
       checks();
     }
-    return route(policy, ctx, ranks ? &*ranks : nullptr);
+    return call(ranks ? &*ranks : nullptr);
   } catch (const ssr::Error& e) {
     TORCH_CHECK(false, e.what());
   }

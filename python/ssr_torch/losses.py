@@ -30,6 +30,22 @@ def _share_dtype(logits):
     return torch.promote_types(logits.dtype, torch.float32)
 
 
+def _agree(group, device, n, error=None):
+    """Has the ranks of group add up who failed and their n before a collective sized by n (one all-reduce of
+    three integers, read on the host): re-raises this rank's error, and raises on every rank when another
+    failed or the ranks' n differ, so that no rank waits for a collective another left. Every rank calls it."""
+    status = torch.tensor([error is not None, n, n * n], dtype=torch.int64, device=device)
+    dist.all_reduce(status, group=group)
+    if error is not None:
+        raise error
+    failed, total, squares = status.tolist()
+    ranks = dist.get_world_size(group)
+    if failed:
+        raise RuntimeError(f"ssr_torch: the call failed on {failed} of {ranks} ranks (see their errors)")
+    if ranks * squares != total * total:  # n alike on every rank: the variance of the ranks' n is 0
+        raise ValueError("ssr_torch: the ranks made the call with different numbers of experts")
+
+
 def load_balancing_loss(logits, experts, score="softmax"):
     """Switch/GShard: n * sum_j f_j P_j, f_j the share of the m * k assignments sent to expert j (a constant)
     and P_j the mean normalised score of expert j (the router softmax for softmax scores).
@@ -50,12 +66,18 @@ def global_load_balancing_loss(logits, counts, tokens, k, score="softmax", group
     logits: m x n floating; counts: n assignment counts (any integer dtype, e.g. the sum of Router.load
     over micro-batches); tokens: the tokens they count (an int). Returns a 0-d tensor of the logits' dtype
     and device, differentiable with respect to the logits. Raises ValueError when counts has not n entries
-    or the score is unknown; with group, every rank of it must call."""
+    or the score is unknown; with group, every rank of it must call, and an error on one rank (or counts of
+    different lengths) raises on every rank."""
     m, n = logits.shape
+    error = None
+    if counts.numel() != n:
+        error = ValueError(f"ssr_torch.global_load_balancing_loss: counts has {counts.numel()} entries, expected {n}")
+    if group is not None:
+        _agree(group, counts.device, counts.numel(), error)
+    elif error is not None:
+        raise error
     totals = torch.cat([counts.reshape(-1).to(torch.int64),
                         torch.as_tensor([tokens], dtype=torch.int64, device=counts.device)])
-    if totals.numel() != n + 1:
-        raise ValueError(f"ssr_torch.global_load_balancing_loss: counts has {counts.numel()} entries, expected {n}")
     if group is not None:
         dist.all_reduce(totals, group=group)
     f = totals[:n].to(_share_dtype(logits)) / (k * totals[n].to(_share_dtype(logits)))
@@ -94,15 +116,21 @@ def z_loss(logits):
 def update_expert_bias(bias, load, rate, group=None):
     """Auxiliary-loss-free balancing (DeepSeek-V3): bias_j += rate * sign(mean load - load_j), in place, from
     this step's loads (summed over micro-batches by the caller, over the ranks of group here), in exact
-    integer arithmetic: every rank makes the same update. Nothing waits for the host.
+    integer arithmetic: every rank makes the same update. Without group nothing waits for the host.
 
     bias: n floating values (a Router's float32 `expert_bias`), updated in place; load: n integer counts
     (Router.load), on any device. Returns bias. Raises ValueError for rate < 0 or when load and bias
-    differ in size; with group, every rank of it must call."""
+    differ in size; with group, every rank of it must call, and an error on one rank (or loads of different
+    lengths) raises on every rank."""
+    error = None
     if rate < 0:
-        raise ValueError(f"ssr_torch.update_expert_bias: invalid rate = {rate}: must be >= 0")
-    if load.numel() != bias.numel():
-        raise ValueError(f"ssr_torch.update_expert_bias: load has {load.numel()} entries, bias {bias.numel()}")
+        error = ValueError(f"ssr_torch.update_expert_bias: invalid rate = {rate}: must be >= 0")
+    elif load.numel() != bias.numel():
+        error = ValueError(f"ssr_torch.update_expert_bias: load has {load.numel()} entries, bias {bias.numel()}")
+    if group is not None:
+        _agree(group, load.device, load.numel(), error)
+    elif error is not None:
+        raise error
     counts = load.reshape(-1).to(torch.int64, copy=True)
     if group is not None:
         dist.all_reduce(counts, group=group)

@@ -5,7 +5,7 @@ import torch
 import torch.distributed as dist
 
 from ._ops import route
-from .losses import _SCORES, update_expert_bias
+from .losses import _SCORES, _agree, update_expert_bias
 
 
 def _in_backward():
@@ -52,7 +52,8 @@ class Router(torch.nn.Module):
     "softmax"; group-limited top-k over n_groups equal groups of experts, keeping topk_groups; and with
     expert_bias=True (n_experts needed) a float32 buffer `expert_bias` added to the scores when the softmax
     path selects. With bias_update_rate > 0 each training call moves it toward balance
-    (ssr_torch.update_expert_bias, loads summed over group); with 0 the caller updates it, e.g. once per
+    (ssr_torch.update_expert_bias, loads summed over group, where a call that fails on one rank raises on
+    every rank); with 0 the caller updates it, e.g. once per
     optimizer step from the loads of its micro-batches.
 
     Under activation checkpointing the forward that backward runs again routes as the one it recomputes
@@ -148,11 +149,17 @@ class Router(torch.nn.Module):
             self.info = torch.zeros(4, dtype=torch.float64, device=logits.device)
             self.info[1] = 1  # softmax-path weights: they pass gradient
             return experts, weights
-        experts, weights, load, info = route(logits, self.router, self.k, self.cost, self.xi, self.tol, self.max_iters,
-                                             self.weights, self.p, self.noise_alpha, self.noise_sigma, self.seed,
-                                             call_step, self.layer, self.training, row, self.group, self.score,
-                                             self.n_groups, self.topk_groups, bias)
-        if self.training and self.bias_update_rate > 0 and not recompute:
+        updates_bias = self.training and self.bias_update_rate > 0 and not recompute
+        try:
+            experts, weights, load, info = route(logits, self.router, self.k, self.cost, self.xi, self.tol,
+                                                 self.max_iters, self.weights, self.p, self.noise_alpha,
+                                                 self.noise_sigma, self.seed, call_step, self.layer, self.training,
+                                                 row, self.group, self.score, self.n_groups, self.topk_groups, bias)
+        except Exception as error:
+            if updates_bias and self.group is not None:  # the other ranks' bias update raises with it
+                _agree(self.group, self.expert_bias.device, self.expert_bias.numel(), error)
+            raise
+        if updates_bias:
             update_expert_bias(self.expert_bias, load, self.bias_update_rate, self.group)
         self._count_call(step)
         self.load, self.info = load, info

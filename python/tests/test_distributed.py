@@ -1,5 +1,6 @@
 """Global balance over a torch.distributed group: two Gloo processes, each routing its rows, reach the plan of
-one process routing all of them, take the same decisions, and share every error (never a hang)."""
+one process routing all of them, take the same decisions, and share every error (never a hang): of the
+tensors, of the per-rank arguments, of an allocation, and of the balancing functions over a group."""
 import os
 
 import pytest
@@ -43,6 +44,28 @@ def _worker(rank, store, out):
                 results[bad] = "no error"
             except RuntimeError as e:
                 results[bad] = str(e)
+        # Per-rank values the ranks agree on before the solve: a bad first row, another number of experts,
+        # other options, logits too large to make contiguous (an allocation that fails on rank 1 only).
+        calls = {"first_row": lambda s: dict(first_row=-1) if rank == 1 else {},
+                 "experts": lambda s: dict(logits=s[:, :6]) if rank == 1 else {},
+                 "options": lambda s: dict(max_iters=50) if rank == 1 else {},
+                 "memory": lambda s: dict(logits=s[:1].expand(2 ** 40, 8)) if rank == 1 else {}}
+        for name, change in calls.items():
+            arguments = dict(logits=make_logits(40, 8, 15), policy="sinkhorn", k=2, group=group)
+            arguments.update(change(arguments["logits"]))
+            results[name] = _error_of(lambda: ssr_torch.route(**arguments))
+        # The balancing functions and a Router that updates its bias over the group: an error on one rank.
+        load, bias = torch.full((8,), 10, dtype=torch.int32), torch.zeros(8)
+        results["bias_sizes"] = _error_of(lambda: ssr_torch.update_expert_bias(bias[:6] if rank else bias,
+                                                                               load[:6] if rank else load, 0.1, group))
+        results["bias_error"] = _error_of(lambda: ssr_torch.update_expert_bias(bias, load[:6] if rank else load, 0.1,
+                                                                               group))
+        results["loss_error"] = _error_of(lambda: ssr_torch.global_load_balancing_loss(
+            make_logits(40, 8, 16), load[:6] if rank else load, 40, 2, group=group))
+        router = ssr_torch.Router("softmax", n_experts=8, expert_bias=True, bias_update_rate=0.1, group=group)
+        s = make_logits(40, 8, 17)
+        results["router_error"] = _error_of(lambda: router(s.reshape(10, 4, 8) if rank else s))
+        results["router_bias"] = router(s)[0], router.expert_bias.clone()
         results["after"] = ssr_torch.route(make_logits(40, 8, 13), "sinkhorn", 2, group=group)[3]
         # The softmax path does not communicate: one rank alone routes by it (a collective would hang).
         if rank == 0:
@@ -50,6 +73,14 @@ def _worker(rank, store, out):
     finally:
         torch.save(results, os.path.join(out, f"rank{rank}.pt"))
         dist.destroy_process_group()
+
+
+def _error_of(call):
+    try:
+        call()
+        return "no error"
+    except (RuntimeError, ValueError) as e:
+        return f"{type(e).__name__}: {e}"
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +121,28 @@ def test_an_error_on_one_rank_is_an_error_on_every_rank(ranks):
     assert "logits(0, 0) = nan" in ranks[1]["nan"] and "failed on rank 1 of 2" in ranks[0]["nan"]
     assert "2-d" in ranks[1]["shape"] and "failed on rank 1 of 2" in ranks[0]["shape"]
     assert torch.equal(ranks[0]["after"], ranks[1]["after"]) and ranks[0]["after"][0] == 1
+
+
+@pytest.mark.parametrize("name, own, other", [
+    ("first_row", "invalid first_row = -1", "failed on rank 1 of 2"),
+    ("experts", "different numbers of experts or options", "different numbers of experts or options"),
+    ("options", "different numbers of experts or options", "different numbers of experts or options"),
+    ("memory", "RuntimeError", "failed on rank 1 of 2"),
+    ("bias_sizes", "ValueError: ssr_torch: the ranks made the call with different numbers of experts",
+     "ValueError: ssr_torch: the ranks made the call with different numbers of experts"),
+    ("bias_error", "ValueError: ssr_torch.update_expert_bias: load has 6 entries, bias 8",
+     "RuntimeError: ssr_torch: the call failed on 1 of 2 ranks"),
+    ("loss_error", "ValueError: ssr_torch.global_load_balancing_loss: counts has 6 entries, expected 8",
+     "RuntimeError: ssr_torch: the call failed on 1 of 2 ranks"),
+    ("router_error", "2-d", "RuntimeError: ssr_torch: the call failed on 1 of 2 ranks"),
+])
+def test_per_rank_arguments_fail_on_every_rank(ranks, name, own, other):
+    assert own in ranks[1][name] and other in ranks[0][name], (ranks[0][name], ranks[1][name])
+
+
+def test_a_router_updates_its_bias_alike_after_an_error_on_one_rank(ranks):
+    (experts0, bias0), (experts1, bias1) = ranks[0]["router_bias"], ranks[1]["router_bias"]
+    assert torch.equal(experts0, experts1) and torch.equal(bias0, bias1) and bias0.abs().sum() > 0
 
 
 def test_the_softmax_path_does_not_communicate(ranks):
