@@ -41,12 +41,12 @@ void update_expert_bias(VectorView<const Count> load, double rate, VectorView<fl
     detail::require(std::isfinite(rate) && rate >= 0, "rate", rate, "must be finite and >= 0");
     for (index_t j = 0; j < n; ++j) detail::require(load[j] >= 0, detail::Indexed{"load", j}, load[j], "must be >= 0");
   };
-  std::vector<std::int64_t> counts(static_cast<std::size_t>(n));
   if (ranks) {
     agree(*ranks, HostStream{}, 0, checks, {static_cast<std::uint64_t>(n), "numbers of experts"});
   } else {
     checks();
   }
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(n));  // once the ranks agree on n
   for (index_t j = 0; j < n; ++j) counts[static_cast<std::size_t>(j)] = static_cast<std::int64_t>(load[j]);
   if (ranks) ranks->sum_on_host(counts.data(), counts.size(), HostStream{});
   std::int64_t total = 0;

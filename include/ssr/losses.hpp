@@ -123,7 +123,6 @@ double global_load_balancing_loss(ConstMatrixView<T> logits, VectorView<const Co
                                   MatrixView<T> grad = {}, Score score = Score::softmax,
                                   const Communicator<HostStream>* ranks = nullptr) {
   const index_t m = logits.rows, n = logits.cols;
-  std::vector<std::int64_t> global(static_cast<std::size_t>(n) + 1);
   const auto checks = [&] {
     detail::require_loss_input(logits, grad);
     detail::require_size(counts, "counts", n);
@@ -137,6 +136,7 @@ double global_load_balancing_loss(ConstMatrixView<T> logits, VectorView<const Co
   } else {
     checks();
   }
+  std::vector<std::int64_t> global(static_cast<std::size_t>(n) + 1);  // once the ranks agree on n
   for (index_t j = 0; j < n; ++j) global[static_cast<std::size_t>(j)] = static_cast<std::int64_t>(counts[j]);
   global[static_cast<std::size_t>(n)] = tokens;
   if (ranks) ranks->sum_on_host(global.data(), global.size(), HostStream{});

@@ -30,11 +30,19 @@ def _share_dtype(logits):
     return torch.promote_types(logits.dtype, torch.float32)
 
 
-def _agree(group, device, n, error=None):
+def _group_device(group):
+    # Where the group's collectives take tensors: NCCL's on the current GPU, the others' (Gloo) on the host.
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else torch.device("cpu")
+
+
+def _agree(group, n, error=None):
     """Has the ranks of group add up who failed and their n before a collective sized by n (one all-reduce of
     three integers, read on the host): re-raises this rank's error, and raises on every rank when another
     failed or the ranks' n differ, so that no rank waits for a collective another left. Every rank calls it."""
-    status = torch.tensor([error is not None, n, n * n], dtype=torch.int64, device=device)
+    if error is None and not 0 <= n < 2 ** 31:
+        error = ValueError(f"ssr_torch: {n} experts: must be fewer than 2^31")
+    n = 0 if error is not None else n
+    status = torch.tensor([error is not None, n, n * n], dtype=torch.int64, device=_group_device(group))
     dist.all_reduce(status, group=group)
     if error is not None:
         raise error
@@ -44,6 +52,23 @@ def _agree(group, device, n, error=None):
         raise RuntimeError(f"ssr_torch: the call failed on {failed} of {ranks} ranks (see their errors)")
     if ranks * squares != total * total:  # n alike on every rank: the variance of the ranks' n is 0
         raise ValueError("ssr_torch: the ranks made the call with different numbers of experts")
+
+
+def _agreed(group, n, prepare, data, name):
+    """prepare(), this rank's checks and the tensor its collective reduces; with group, agreed on by its ranks
+    (_agree, n their length), data (the caller's tensor called name) checked to be on a device the group's
+    collectives take."""
+    if group is None:
+        return prepare()
+    error = result = None
+    try:
+        if dist.get_backend(group) == "nccl" and data.device.type != "cuda":
+            raise ValueError(f"ssr_torch: {name} is on {data.device}: an NCCL group reduces CUDA tensors")
+        result = prepare()
+    except Exception as e:  # noqa: BLE001  every rank learns of it, then _agree raises it here
+        error = e
+    _agree(group, n, error)
+    return result
 
 
 def load_balancing_loss(logits, experts, score="softmax"):
@@ -65,19 +90,22 @@ def global_load_balancing_loss(logits, counts, tokens, k, score="softmax", group
 
     logits: m x n floating; counts: n assignment counts (any integer dtype, e.g. the sum of Router.load
     over micro-batches); tokens: the tokens they count (an int). Returns a 0-d tensor of the logits' dtype
-    and device, differentiable with respect to the logits. Raises ValueError when counts has not n entries
-    or the score is unknown; with group, every rank of it must call, and an error on one rank (or counts of
-    different lengths) raises on every rank."""
-    m, n = logits.shape
-    error = None
-    if counts.numel() != n:
-        error = ValueError(f"ssr_torch.global_load_balancing_loss: counts has {counts.numel()} entries, expected {n}")
-    if group is not None:
-        _agree(group, counts.device, counts.numel(), error)
-    elif error is not None:
-        raise error
-    totals = torch.cat([counts.reshape(-1).to(torch.int64),
-                        torch.as_tensor([tokens], dtype=torch.int64, device=counts.device)])
+    and device, differentiable with respect to the logits. Raises ValueError when counts has not n entries,
+    the logits are not 2-d or the score is unknown; with group, every rank of it must call, and an error on
+    one rank (or counts of different lengths) raises on every rank."""
+    def prepare():
+        if score not in _SCORES:
+            raise ValueError(f"ssr_torch: invalid score = {score!r}: must be softmax or sigmoid")
+        if logits.dim() != 2:
+            raise ValueError(f"ssr_torch.global_load_balancing_loss: logits must be m x n, got {tuple(logits.shape)}")
+        if counts.numel() != logits.shape[1]:
+            raise ValueError(f"ssr_torch.global_load_balancing_loss: counts has {counts.numel()} entries, expected "
+                             f"{logits.shape[1]}")
+        return torch.cat([counts.reshape(-1).to(torch.int64),
+                          torch.as_tensor([tokens], dtype=torch.int64, device=counts.device)])
+
+    totals = _agreed(group, counts.numel(), prepare, counts, "counts")
+    n = logits.shape[1]
     if group is not None:
         dist.all_reduce(totals, group=group)
     f = totals[:n].to(_share_dtype(logits)) / (k * totals[n].to(_share_dtype(logits)))
@@ -122,16 +150,14 @@ def update_expert_bias(bias, load, rate, group=None):
     (Router.load), on any device. Returns bias. Raises ValueError for rate < 0 or when load and bias
     differ in size; with group, every rank of it must call, and an error on one rank (or loads of different
     lengths) raises on every rank."""
-    error = None
-    if rate < 0:
-        error = ValueError(f"ssr_torch.update_expert_bias: invalid rate = {rate}: must be >= 0")
-    elif load.numel() != bias.numel():
-        error = ValueError(f"ssr_torch.update_expert_bias: load has {load.numel()} entries, bias {bias.numel()}")
-    if group is not None:
-        _agree(group, load.device, load.numel(), error)
-    elif error is not None:
-        raise error
-    counts = load.reshape(-1).to(torch.int64, copy=True)
+    def prepare():
+        if rate < 0:
+            raise ValueError(f"ssr_torch.update_expert_bias: invalid rate = {rate}: must be >= 0")
+        if load.numel() != bias.numel():
+            raise ValueError(f"ssr_torch.update_expert_bias: load has {load.numel()} entries, bias {bias.numel()}")
+        return load.reshape(-1).to(torch.int64, copy=True)
+
+    counts = _agreed(group, load.numel(), prepare, load, "load")
     if group is not None:
         dist.all_reduce(counts, group=group)
     direction = torch.sign(counts.sum() - counts.numel() * counts)

@@ -139,7 +139,6 @@ class Router(torch.nn.Module):
                 bias = self._routed_bias
             else:
                 self._routed_bias.copy_(self.expert_bias)
-        row = self.group_rank * logits.shape[0] if first_row is None else first_row
         replay = self.replay
         if replay is not None and replay.mode == "replay":
             experts, weights = replay.read(logits, self.score, recompute=in_backward)
@@ -151,13 +150,14 @@ class Router(torch.nn.Module):
             return experts, weights
         updates_bias = self.training and self.bias_update_rate > 0 and not recompute
         try:
+            row = self.group_rank * logits.shape[0] if first_row is None else first_row
             experts, weights, load, info = route(logits, self.router, self.k, self.cost, self.xi, self.tol,
                                                  self.max_iters, self.weights, self.p, self.noise_alpha,
                                                  self.noise_sigma, self.seed, call_step, self.layer, self.training,
                                                  row, self.group, self.score, self.n_groups, self.topk_groups, bias)
         except Exception as error:
             if updates_bias and self.group is not None:  # the other ranks' bias update raises with it
-                _agree(self.group, self.expert_bias.device, self.expert_bias.numel(), error)
+                _agree(self.group, self.expert_bias.numel(), error)
             raise
         if updates_bias:
             update_expert_bias(self.expert_bias, load, self.bias_update_rate, self.group)

@@ -49,7 +49,7 @@ def _worker(rank, store, out):
         calls = {"first_row": lambda s: dict(first_row=-1) if rank == 1 else {},
                  "experts": lambda s: dict(logits=s[:, :6]) if rank == 1 else {},
                  "options": lambda s: dict(max_iters=50) if rank == 1 else {},
-                 "memory": lambda s: dict(logits=s[:1].expand(2 ** 40, 8)) if rank == 1 else {}}
+                 "memory": lambda s: dict(logits=s[:1].expand(2 ** 45, 8)) if rank == 1 else {}}
         for name, change in calls.items():
             arguments = dict(logits=make_logits(40, 8, 15), policy="sinkhorn", k=2, group=group)
             arguments.update(change(arguments["logits"]))
@@ -62,6 +62,10 @@ def _worker(rank, store, out):
                                                                                group))
         results["loss_error"] = _error_of(lambda: ssr_torch.global_load_balancing_loss(
             make_logits(40, 8, 16), load[:6] if rank else load, 40, 2, group=group))
+        results["loss_shape"] = _error_of(lambda: ssr_torch.global_load_balancing_loss(
+            make_logits(40, 8, 16).reshape(10, 4, 8) if rank else make_logits(40, 8, 16), load, 40, 2, group=group))
+        results["loss_score"] = _error_of(lambda: ssr_torch.global_load_balancing_loss(
+            make_logits(40, 8, 16), load, 40, 2, score="tanh" if rank else "softmax", group=group))
         router = ssr_torch.Router("softmax", n_experts=8, expert_bias=True, bias_update_rate=0.1, group=group)
         s = make_logits(40, 8, 17)
         results["router_error"] = _error_of(lambda: router(s.reshape(10, 4, 8) if rank else s))
@@ -134,6 +138,9 @@ def test_an_error_on_one_rank_is_an_error_on_every_rank(ranks):
      "RuntimeError: ssr_torch: the call failed on 1 of 2 ranks"),
     ("loss_error", "ValueError: ssr_torch.global_load_balancing_loss: counts has 6 entries, expected 8",
      "RuntimeError: ssr_torch: the call failed on 1 of 2 ranks"),
+    ("loss_shape", "ValueError: ssr_torch.global_load_balancing_loss: logits must be m x n",
+     "RuntimeError: ssr_torch: the call failed on 1 of 2 ranks"),
+    ("loss_score", "ValueError: ssr_torch: invalid score = 'tanh'", "RuntimeError: ssr_torch: the call failed on 1 of 2 ranks"),
     ("router_error", "2-d", "RuntimeError: ssr_torch: the call failed on 1 of 2 ranks"),
 ])
 def test_per_rank_arguments_fail_on_every_rank(ranks, name, own, other):
