@@ -6,6 +6,11 @@ import torch.distributed as dist
 _SCORES = ("softmax", "sigmoid")
 
 
+def _check_score(score):
+    if score not in _SCORES:
+        raise ValueError(f"ssr_torch: invalid score = {score!r}: must be softmax or sigmoid")
+
+
 def normalised_scores(logits, score="softmax"):
     """The normalised scores of gating logits: s(S_ij) / sum_j s(S_ij) per row, the softmax for score
     "softmax" and the sigmoids divided by their sum for "sigmoid" (DeepSeek-V3's selection score).
@@ -14,8 +19,7 @@ def normalised_scores(logits, score="softmax"):
     Returns a tensor of the same shape, dtype and device whose rows sum to 1, differentiable with respect
     to the logits. Raises ValueError for another score, logits of fewer than 2 dimensions or of an integer
     or complex dtype."""
-    if score not in _SCORES:
-        raise ValueError(f"ssr_torch: invalid score = {score!r}: must be softmax or sigmoid")
+    _check_score(score)
     if logits.dim() < 2 or not logits.is_floating_point():
         raise ValueError(f"ssr_torch: logits must be m x n of a floating dtype, got {tuple(logits.shape)} "
                          f"{logits.dtype}")
@@ -94,8 +98,7 @@ def global_load_balancing_loss(logits, counts, tokens, k, score="softmax", group
     the logits are not 2-d or the score is unknown; with group, every rank of it must call, and an error on
     one rank (or counts of different lengths) raises on every rank."""
     def prepare():
-        if score not in _SCORES:
-            raise ValueError(f"ssr_torch: invalid score = {score!r}: must be softmax or sigmoid")
+        _check_score(score)
         if logits.dim() != 2:
             raise ValueError(f"ssr_torch.global_load_balancing_loss: logits must be m x n, got {tuple(logits.shape)}")
         if counts.numel() != logits.shape[1]:
