@@ -179,6 +179,33 @@ TEMPLATE_TEST_CASE("extreme logits under a huge noise amplitude route without Na
   }
 }
 
+TEMPLATE_TEST_CASE("a softmax cost under noise far above the costs routes without NaN", "[noise][numerics]", float,
+                   double) {
+  // Noise of amplitude 1e3 and more puts every real cost of a row far below the softmax cost's range; the
+  // rows of 34 experts do not fill whole vectors, so nothing of a row's padding may become its maximum
+  // (found by fuzz_route: fuzz/regressions/route/nan-from-padding-maximum-under-noise).
+  using T = TestType;
+  const index_t m = 37, n = 34;
+  const auto s = test::random_logits<T>(m, n, 2.0, 5);
+  for (const double alpha : {1e3, 1e6}) {
+    for (const int k : {1, 2, 8}) {
+      const auto out = test::route(ssr::make_ssr(k, Cost::softmax, 1.0, {0.5, 1e-4, 100}, alpha, 1.0), s, m, n,
+                                   Context::train(3, 1, 11));
+      INFO("alpha " << alpha << " k " << k);
+      REQUIRE(out.info.path == ssr::Path::sinkhorn);
+      CHECK(std::isfinite(out.info.marginal_error));
+      for (index_t i = 0; i < m; ++i) {
+        double sum = 0;
+        for (index_t r = 0; r < k; ++r) {
+          REQUIRE(std::isfinite(out.weight(i, r)));
+          sum += static_cast<double>(out.weight(i, r));
+        }
+        CHECK(sum == Approx(1.0).epsilon(1e-3));
+      }
+    }
+  }
+}
+
 TEST_CASE("the stream is Random123's Philox4x32-10, and its first normals are pinned", "[noise]") {
   // Random123's known-answer vectors (kat_vectors: philox4x32, 10 rounds).
   const auto philox = [](r123::Philox4x32::ctr_type c, r123::Philox4x32::key_type k) { return r123::Philox4x32()(c, k); };
