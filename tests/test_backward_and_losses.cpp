@@ -110,3 +110,34 @@ TEST_CASE("backward of gradients whose weighted sum overflows has no NaN", "[bac
     }
   }
 }
+
+TEMPLATE_TEST_CASE("backward adds the slots of a repeated expert, and gives NaN to a row naming none of [0, n)",
+                   "[backward]", float, double) {
+  // Row 0 names expert 1 twice, each slot its own term (w = 1/2, 1/4, 1/4 for g = 1, 3, 4): dL/dS_1 adds
+  // both slots' w (g - sum w g). Row 1 names expert 4 of 4, which an unchecked call leaves to the
+  // backend: its row gets NaN and nothing outside the row is written.
+  using T = TestType;
+  const index_t m = 3, n = 4, k = 3;
+  std::vector<std::int32_t> e = {0, 1, 1, 2, 4, 0, 3, 2, 1};
+  std::vector<T> w = {0.5, 0.25, 0.25, 0.5, 0.25, 0.25, 0.5, 0.25, 0.25};
+  std::vector<T> g = {1, 3, 4, 1, 3, 4, 1, 3, 4};
+  using Router = test::Router<ssr::SoftmaxTopK, T>;
+  Router router(ssr::SoftmaxTopK(static_cast<int>(k)));
+  ssr::RouteInfo info;
+  info.weights = ssr::Weights::scores;
+  std::vector<T> grad(static_cast<std::size_t>(m * n), T(7));
+  router.backward(info, {{}, {e.data(), m, k}, {w.data(), m, k}, {g.data(), m, k}, {grad.data(), m, n}},
+                  typename Router::options_type{}.unchecked());
+  const double dot = 0.5 * 1 + 0.25 * 3 + 0.25 * 4;
+  CHECK(grad[0] == Approx(0.5 * (1 - dot)));
+  CHECK(grad[1] == Approx(0.25 * (3 - dot) + 0.25 * (4 - dot)));
+  CHECK(grad[2] == 0);
+  CHECK(grad[3] == 0);
+  for (index_t j = 0; j < n; ++j) CHECK(std::isnan(grad[static_cast<std::size_t>(n + j)]));
+  CHECK(grad[8] == 0);
+  CHECK(grad[9] == Approx(0.25 * (4 - dot)));
+  CHECK(grad[10] == Approx(0.25 * (3 - dot)));
+  CHECK(grad[11] == Approx(0.5 * (1 - dot)));
+  CHECK_THROWS_WITH(router.backward(info, {{}, {e.data(), m, k}, {w.data(), m, k}, {g.data(), m, k}, {grad.data(), m, n}}),
+                    Catch::Contains("experts(1, 1)"));
+}

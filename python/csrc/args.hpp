@@ -91,6 +91,25 @@ inline int64_t step_of(int64_t step, const c10::optional<at::Tensor>& step_tenso
   return t.item<int64_t>();
 }
 
+// route_backward's tensors against its experts (m x k int32, on the weights' device): weights and grad_weights
+// m x k, the logits where given m x n, so that no kernel reads outside a tensor.
+inline void check_backward_args(const at::Tensor& grad_weights, const at::Tensor& experts, const at::Tensor& weights,
+                                int64_t n, const c10::optional<at::Tensor>& logits) {
+  TORCH_CHECK(experts.dim() == 2 && experts.scalar_type() == at::kInt,
+              "ssr.route_backward: experts must be m x k int32, got ", experts.sizes(), " ", experts.scalar_type());
+  TORCH_CHECK(weights.sizes() == experts.sizes(), "ssr.route_backward: weights must be m x k as the experts ",
+              experts.sizes(), ", got ", weights.sizes());
+  TORCH_CHECK(grad_weights.sizes() == experts.sizes(), "ssr.route_backward: grad_weights must be m x k as the experts ",
+              experts.sizes(), ", got ", grad_weights.sizes());
+  TORCH_CHECK(n >= 1, "ssr.route_backward: invalid n = ", n, ": must be at least 1");
+  if (logits.has_value())
+    TORCH_CHECK(logits->dim() == 2 && logits->size(0) == experts.size(0) && logits->size(1) == n,
+                "ssr.route_backward: logits must be m x n = ", experts.size(0), " x ", n, ", got ", logits->sizes());
+  const bool alike = experts.device() == weights.device() && grad_weights.device() == weights.device() &&
+                     (!logits.has_value() || logits->device() == weights.device());
+  TORCH_CHECK(alike, "ssr.route_backward: every tensor must be on the weights' device, ", weights.device());
+}
+
 // The info tensor: [took the Sinkhorn path, weights pass gradient, iterations, marginal error].
 constexpr int64_t info_size = 4;
 

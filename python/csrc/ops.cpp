@@ -110,7 +110,7 @@ void backward_on_cpu(const Tensor& g, const Tensor& e, const Tensor& w, const Te
 Tensor route_backward_cpu(const Tensor& grad_weights, const Tensor& experts, const Tensor& weights, int64_t n,
                           bool passes_gradient, const c10::optional<Tensor>& info, std::string score,
                           const c10::optional<Tensor>& logits) {
-  TORCH_CHECK(weights.dim() == 2 && experts.dim() == 2, "ssr.route_backward: experts and weights must be 2-d");
+  check_backward_args(grad_weights, experts, weights, n, logits);
   const Tensor g = grad_weights.contiguous().to(weights.scalar_type()), e = experts.contiguous(), w = weights.contiguous();
   // Sigmoid score weights read the logits, in the weights' type.
   const Tensor s = logits.has_value() ? logits->contiguous().to(weights.scalar_type()) : Tensor();

@@ -126,7 +126,7 @@ void backward_on_cuda(const Tensor& g, const Tensor& e, const Tensor& w, const T
 Tensor route_backward_cuda(const Tensor& grad_weights, const Tensor& experts, const Tensor& weights, int64_t n,
                            bool passes_gradient, const c10::optional<Tensor>& info, std::string score,
                            const c10::optional<Tensor>& logits) {
-  TORCH_CHECK(weights.dim() == 2 && experts.dim() == 2, "ssr.route_backward: experts and weights must be 2-d");
+  check_backward_args(grad_weights, experts, weights, n, logits);
   TORCH_CHECK(weights.scalar_type() == at::kFloat || weights.scalar_type() == at::kDouble,
               "ssr.route_backward: weights must be float32 or float64");
   const c10::cuda::CUDAGuard device(weights.device());

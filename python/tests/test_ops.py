@@ -118,3 +118,28 @@ def test_non_finite_logits_are_named():
         route(torch.zeros(3), "softmax", 1)
     with pytest.raises(RuntimeError, match="float32 or float64"):
         route(torch.zeros(3, 4, dtype=torch.int32), "softmax", 1)
+
+
+def test_route_backward_rejects_tensors_that_do_not_match_the_experts():
+    experts = torch.zeros(1000, 2, dtype=torch.int32)
+    half = torch.full((1000, 2), 0.5, dtype=torch.float64)
+    backward = torch.ops.ssr.route_backward
+    with pytest.raises(RuntimeError, match="grad_weights must be m x k"):
+        backward(torch.ones(1, 2, dtype=torch.float64), experts, half, 4, True)
+    with pytest.raises(RuntimeError, match="weights must be m x k"):
+        backward(half, experts, torch.full((10, 2), 0.5, dtype=torch.float64), 4, True)
+    with pytest.raises(RuntimeError, match="logits must be m x n"):
+        backward(half, experts, half, 8, True, None, "sigmoid", torch.zeros(1, 1, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="experts must be m x k int32"):
+        backward(half, experts.long(), half, 4, True)
+    with pytest.raises(RuntimeError, match="n = 0"):
+        backward(half, experts, half, 0, True)
+
+
+@pytest.mark.parametrize("score", ["softmax", "sigmoid"])
+def test_a_repeated_expert_gets_the_gradient_of_each_of_its_slots(score):
+    # The weights of a row that names an expert twice are the scores' normalisation over its slots, each
+    # slot a term; the expert's gradient is the sum over its slots.
+    s = torch.tensor([[0.0, 1.0, 2.0], [0.5, -1.0, 0.25]], dtype=torch.float64, requires_grad=True)
+    experts = torch.tensor([[0, 0, 1], [2, 1, 2]])
+    assert torch.autograd.gradcheck(lambda x: torch.ops.ssr.replay_weights(x, experts, score), (s,))

@@ -18,7 +18,8 @@ namespace ssr {
 namespace math {
 
 // out(r, dL/dS at the r-th chosen expert) for r in [0, k), w(r) and g(r) its weight and dL/dw, logit(r)
-// its logit (read for sigmoid scores only).
+// its logit (read for sigmoid scores only). An expert a row names twice is two terms of its weights'
+// normalisation: the caller adds the outputs of its slots.
 template <class W, class G, class Logit, class Out>
 SSR_HD void backward_row(Score score, int k, const W& w, const G& g, const Logit& logit, const Out& out) {
   double dot = 0;
@@ -40,6 +41,14 @@ SSR_HD void backward_row(Score score, int k, const W& w, const G& g, const Logit
     const double slope = score == Score::softmax ? 1.0 : log_score_slope(score, static_cast<double>(logit(r)));
     out(r, slope * (wr * static_cast<double>(g(r))) - slope * (wr * dot));
   }
+}
+
+// Whether a row's k experts all lie in [0, n): where one does not (an unchecked call's), the backends give
+// the row NaN gradients rather than read or write outside it.
+SSR_HD inline bool experts_in_range(const std::int32_t* e, int k, index_t n) {
+  for (int r = 0; r < k; ++r)
+    if (e[r] < 0 || e[r] >= n) return false;
+  return true;
 }
 
 // An assignment backward can use: its expert in [0, n), its weight and gradient finite.

@@ -127,11 +127,15 @@ class CpuBackend {
       std::fill(out, out + n, T(0));
       if (!pass) return;
       const std::int32_t* e = a.experts.row(i);
+      if (!math::experts_in_range(e, k, n)) {
+        std::fill(out, out + n, std::numeric_limits<T>::quiet_NaN());
+        return;
+      }
       const T *w = a.weights.row(i), *g = a.grad_weights.row(i);
       const T* s = a.logits.empty() ? nullptr : a.logits.row(i);
       math::backward_row(
           info.score, k, [w](int r) { return w[r]; }, [g](int r) { return g[r]; }, [s, e](int r) { return s[e[r]]; },
-          [out, e](int r, double d) { out[e[r]] = static_cast<T>(d); });
+          [out, e](int r, double d) { out[e[r]] += static_cast<T>(d); });
     });
   }
 

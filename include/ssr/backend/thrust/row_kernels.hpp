@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "ssr/context.hpp"
 #include "ssr/detail/hd.hpp"
@@ -70,7 +71,8 @@ struct SolvedRow {
   }
 };
 
-// Row i of dL/dS (math::backward_row): zero, then the chosen experts' entries when the weights pass gradient.
+// Row i of dL/dS (math::backward_row): zero, then the chosen experts' entries added when the weights pass
+// gradient; NaN where the row names an expert outside [0, n).
 template <class T>
 struct Backward {
   MatrixView<const std::int32_t> experts{};
@@ -85,11 +87,15 @@ struct Backward {
     for (index_t j = 0; j < grad_logits.cols; ++j) out[j] = T(0);
     if (!pass) return;
     const std::int32_t* e = experts.row(i);
+    if (!math::experts_in_range(e, static_cast<int>(experts.cols), grad_logits.cols)) {
+      for (index_t j = 0; j < grad_logits.cols; ++j) out[j] = std::numeric_limits<T>::quiet_NaN();
+      return;
+    }
     const T *w = weights.row(i), *g = grad_weights.row(i);
     const T* s = logits.empty() ? nullptr : logits.row(i);
     math::backward_row(
         score, static_cast<int>(experts.cols), [w](int r) { return w[r]; }, [g](int r) { return g[r]; },
-        [s, e](int r) { return s[e[r]]; }, [out, e](int r, double d) { out[e[r]] = static_cast<T>(d); });
+        [s, e](int r) { return s[e[r]]; }, [out, e](int r, double d) { out[e[r]] += static_cast<T>(d); });
   }
 };
 
