@@ -130,7 +130,7 @@ def replace_routers(model, router="ssr", **router_options):
         gate = block.gate
         if not isinstance(gate, SsrGate):
             gate.__class__ = _ssr_class(type(gate))
-        gate.ssr = r.train(gate.training)
+        gate.ssr = r.to(gate.weight.device).train(gate.training)  # its bias, if any, on the gate's device
     return routers
 
 

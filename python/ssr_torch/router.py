@@ -192,6 +192,17 @@ class Router(torch.nn.Module):
             state.setdefault("_non_persistent_buffers_set", set()).add("_routed_bias")
         super().__setstate__(state)
 
+    def _apply(self, fn, recurse=True):
+        # The expert bias follows the module's device but stays float32, exactly, under .half(), .double() or
+        # .to(dtype): the operator reads float32, and updates of 1e-3 would vanish in half precision.
+        kept = {name: self._buffers[name] for name in ("expert_bias", "_routed_bias")
+                if self._buffers.get(name) is not None}
+        super()._apply(fn, recurse)
+        for name, before in kept.items():
+            if self._buffers[name].dtype != torch.float32:
+                self._buffers[name] = before.to(device=self._buffers[name].device)
+        return self
+
     def get_extra_state(self):
         # What a resumed run needs to draw the same random numbers; a tensor, so that safetensors and
         # torch.load(weights_only=True) take it.

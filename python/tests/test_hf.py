@@ -239,6 +239,12 @@ class _OldStyleBlock(torch.nn.Module):
         self.experts = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(4))
 
 
+def test_a_router_with_a_bias_lies_on_its_gate_s_device():
+    model = tiny_model().to("meta")
+    routers = replace_routers(model, router="softmax", score="sigmoid", n_experts=N_EXPERTS, expert_bias=True)
+    assert all(r.expert_bias.device.type == "meta" for r in routers)
+
+
 def test_unsupported_models_fail_clearly():
     model = torch.nn.Sequential(_OldStyleBlock())
     with pytest.raises(TypeError, match=r"unsupported MoE block _OldStyleBlock \(gate Linear\)"):

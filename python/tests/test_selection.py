@@ -164,6 +164,27 @@ def test_balancing_losses_in_half_precision_count_beyond_its_range(dtype):
     assert ssr_torch.sequence_balance_loss(logits, experts, tokens, 0.5).item() == pytest.approx(0.5, rel=1e-2)
 
 
+def test_the_expert_bias_stays_float32_when_the_module_changes_dtype():
+    # A model cast with .double(), .half() or .to(bfloat16) keeps its routers' bias in float32, exactly (the
+    # operator reads float32, and updates of 1e-3 would vanish in half precision); it follows the device.
+    router = ssr_torch.Router("softmax", k=2, score="sigmoid", n_experts=8, expert_bias=True, bias_update_rate=1e-3)
+    with torch.no_grad():
+        router.expert_bias.copy_(torch.linspace(-1, 1, 8) + 1e-4)
+    exact = router.expert_bias.clone()
+    for cast in (lambda r: r.half(), lambda r: r.to(torch.bfloat16), lambda r: r.double(), lambda r: r.to("meta")):
+        router = cast(router)
+        assert router.expert_bias.dtype == torch.float32 and router._routed_bias.dtype == torch.float32
+    assert router.expert_bias.device.type == "meta"
+    router = ssr_torch.Router("softmax", k=2, score="sigmoid", n_experts=8, expert_bias=True,
+                              bias_update_rate=1e-3).double()
+    with torch.no_grad():
+        router.expert_bias.copy_(exact)
+    router.half().float()
+    assert torch.equal(router.expert_bias, exact)
+    experts, weights = router.train()(make_logits(16, 8, 3))
+    assert weights.dtype == torch.float64 and experts.shape == (16, 2)
+
+
 def test_update_expert_bias_is_exact():
     bias = torch.tensor([0.5, 0.25, 0.0, -1.0])
     ssr_torch.update_expert_bias(bias, torch.tensor([5, 3, 0, 4], dtype=torch.int32), 0.125)
