@@ -82,14 +82,20 @@ def _unsupported(config):
     if config.moe_router_score_function == "sigmoid" and config.moe_router_topk == 1:
         return ("moe_router_score_function='sigmoid' with moe_router_topk=1 weights each token by its expert's raw "
                 "sigmoid score; ssr's weight of a single expert is 1")
-    groups, topk_groups = config.moe_router_num_groups, config.moe_router_group_topk
-    if groups and groups > 1:
+    if _group_limited(config):
         if config.moe_router_score_function != "sigmoid":
             return "group-limited routing with softmax scores (Megatron ranks the groups by raw logits)"
-        if config.moe_router_topk // (topk_groups or groups) != 2:
+        if config.moe_router_topk // config.moe_router_group_topk != 2:
             return (f"group-limited routing with moe_router_topk // moe_router_group_topk = "
-                    f"{config.moe_router_topk // (topk_groups or groups)} (ssr ranks a group by its two best scores)")
+                    f"{config.moe_router_topk // config.moe_router_group_topk} (ssr ranks a group by its two best "
+                    "scores)")
     return None
+
+
+def _group_limited(config):
+    # Megatron limits the groups only with moe_router_group_topk set, and keeping every group limits nothing.
+    groups, kept = config.moe_router_num_groups or 1, config.moe_router_group_topk
+    return bool(kept) and kept < groups
 
 
 def replace_routers(model, router="ssr", group=None, **router_options):
@@ -123,11 +129,12 @@ def replace_routers(model, router="ssr", group=None, **router_options):
         reason = _unsupported(config)
         if reason:
             raise ValueError(f"replace_routers: not supported: {reason}")
-        n_groups = config.moe_router_num_groups or 1
+        limited = _group_limited(config)
         process_group = {"tp_cp": getattr(module, "tp_cp_group", None),
                          "tp_dp_cp": getattr(module, "tp_dp_cp_group", None)}.get(group, group)
         routers.append(Router(router, k=config.moe_router_topk, score=config.moe_router_score_function,
-                              n_groups=n_groups, topk_groups=config.moe_router_group_topk or n_groups,
+                              n_groups=config.moe_router_num_groups if limited else 1,
+                              topk_groups=config.moe_router_group_topk if limited else 1,
                               layer=module.layer_number if module.layer_number is not None else position,
                               group=process_group, **{"persistent": False, **router_options}))
     for module, r in zip(found, routers):

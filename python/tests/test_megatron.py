@@ -54,7 +54,9 @@ def logits_of(seed, dtype=torch.float32, shape=(24, 4)):
 CONFIGS = [dict(), dict(moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=1e-2, moe_z_loss_coeff=1e-3),
            dict(moe_router_score_function="sigmoid", moe_router_enable_expert_bias=True),
            dict(moe_router_score_function="sigmoid", moe_router_topk=4, moe_router_num_groups=4,
-                moe_router_group_topk=2, moe_router_topk_scaling_factor=2.5)]
+                moe_router_group_topk=2, moe_router_topk_scaling_factor=2.5),
+           # Groups that limit nothing: Megatron routes these as plain top-k.
+           dict(moe_router_num_groups=4), dict(moe_router_num_groups=4, moe_router_group_topk=4)]
 
 
 @pytest.mark.parametrize("moe", CONFIGS)
