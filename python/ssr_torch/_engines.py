@@ -2,6 +2,9 @@
 routing by an ssr_torch.Router in front of an engine's router class, and the step a recompute repeats."""
 import collections
 import importlib.metadata
+import sys
+
+import torch
 
 from .router import _in_backward
 
@@ -57,3 +60,18 @@ def call_step(module, checkpointed):
     if checkpointed:
         module._ssr_steps.append(ssr.step)
     return None
+
+
+def in_checkpoint_forward():
+    """Whether this call runs inside the forward of a reentrant activation checkpoint, whose backward runs it
+    again: an autograd Function named *Checkpoint* (Megatron's, Transformer Engine's, torch.utils.checkpoint's),
+    found on the stack, so that a forward under no_grad outside one (e.g. log-probabilities in train mode)
+    leaves no step for a recompute to take."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "forward":
+            ctx = frame.f_locals.get("ctx")
+            if isinstance(ctx, torch.autograd.function.BackwardCFunction) and "Checkpoint" in type(ctx).__name__:
+                return True
+        frame = frame.f_back
+    return False

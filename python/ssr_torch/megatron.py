@@ -13,7 +13,7 @@ import abc
 
 import torch
 
-from ._engines import call_step, require, restore, swap
+from ._engines import call_step, in_checkpoint_forward, require, restore, swap
 from .router import Router
 
 TESTED = "0.16.1"
@@ -69,7 +69,7 @@ class SsrTopKRouter(abc.ABC):
 
     def _ssr_choose(self, logits):
         # Megatron's activation recompute runs the first forward under no_grad (reentrant checkpoint).
-        step = call_step(self, checkpointed=not torch.is_grad_enabled())
+        step = call_step(self, checkpointed=not torch.is_grad_enabled() and in_checkpoint_forward())
         route_logits = logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
         return self.ssr(route_logits, step=step, expert_bias=self.expert_bias)
 

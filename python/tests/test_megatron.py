@@ -162,6 +162,27 @@ def test_checkpointed_recompute_routes_with_the_step_it_repeats():
     assert all(torch.equal(seen[i], seen[i + 1]) for i in range(0, 12, 2))  # forward, then its recompute
 
 
+def test_a_training_forward_without_gradient_outside_a_checkpoint_leaves_recomputes_alone():
+    # E.g. log-probabilities computed in train mode under no_grad between training steps: not a checkpointed
+    # forward, so its step is not one a recompute repeats.
+    replaced = make_router().train()
+    (router,) = ssr_megatron.replace_routers(replaced, "ssr", p=0.5, seed=7, noise_alpha=1.0)
+    logits = logits_of(8).requires_grad_()
+    seen = []
+
+    def route(x):
+        probs, routing_map = replaced.routing(x)
+        seen.append(routing_map.clone())
+        return probs
+
+    for _ in range(4):
+        with torch.no_grad():
+            replaced.routing(logits)
+        torch.utils.checkpoint.checkpoint(route, logits, use_reentrant=True).sum().backward()
+    assert router.step == 8 and not replaced._ssr_steps
+    assert all(torch.equal(seen[i], seen[i + 1]) for i in range(0, 8, 2))  # forward, then its recompute
+
+
 def test_megatron_s_router_replay_records_ssr_s_experts_and_replays_them():
     from megatron.core.transformer.moe.router_replay import RouterReplayAction
 
