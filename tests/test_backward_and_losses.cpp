@@ -111,16 +111,17 @@ TEST_CASE("backward of gradients whose weighted sum overflows has no NaN", "[bac
   }
 }
 
-TEMPLATE_TEST_CASE("backward adds the slots of a repeated expert, and gives NaN to a row naming none of [0, n)",
+TEMPLATE_TEST_CASE("backward adds the slots of a repeated expert, and gives NaN to a row naming one outside [0, n)",
                    "[backward]", float, double) {
   // Row 0 names expert 1 twice, each slot its own term (w = 1/2, 1/4, 1/4 for g = 1, 3, 4): dL/dS_1 adds
   // both slots' w (g - sum w g). Row 1 names expert 4 of 4, which an unchecked call leaves to the
-  // backend: its row gets NaN and nothing outside the row is written.
+  // backend: its row gets NaN and nothing outside the row is written. Row 3's zero weights with negative
+  // dL/dw give w g - w dot = -0, written as such (bit identity with the row-by-row definition).
   using T = TestType;
-  const index_t m = 3, n = 4, k = 3;
-  std::vector<std::int32_t> e = {0, 1, 1, 2, 4, 0, 3, 2, 1};
-  std::vector<T> w = {0.5, 0.25, 0.25, 0.5, 0.25, 0.25, 0.5, 0.25, 0.25};
-  std::vector<T> g = {1, 3, 4, 1, 3, 4, 1, 3, 4};
+  const index_t m = 4, n = 4, k = 3;
+  std::vector<std::int32_t> e = {0, 1, 1, 2, 4, 0, 3, 2, 1, 0, 1, 2};
+  std::vector<T> w = {0.5, 0.25, 0.25, 0.5, 0.25, 0.25, 0.5, 0.25, 0.25, 1, 0, 0};
+  std::vector<T> g = {1, 3, 4, 1, 3, 4, 1, 3, 4, 1, -1, -1};
   using Router = test::Router<ssr::SoftmaxTopK, T>;
   Router router(ssr::SoftmaxTopK(static_cast<int>(k)));
   ssr::RouteInfo info;
@@ -138,6 +139,9 @@ TEMPLATE_TEST_CASE("backward adds the slots of a repeated expert, and gives NaN 
   CHECK(grad[9] == Approx(0.25 * (4 - dot)));
   CHECK(grad[10] == Approx(0.25 * (3 - dot)));
   CHECK(grad[11] == Approx(0.5 * (1 - dot)));
+  CHECK(grad[12] == 0);
+  CHECK((grad[13] == 0 && std::signbit(grad[13]) && grad[14] == 0 && std::signbit(grad[14])));
+  CHECK(grad[15] == 0);
   CHECK_THROWS_WITH(router.backward(info, {{}, {e.data(), m, k}, {w.data(), m, k}, {g.data(), m, k}, {grad.data(), m, n}}),
                     Catch::Contains("experts(1, 1)"));
 }

@@ -19,7 +19,7 @@ namespace math {
 
 // out(r, dL/dS at the r-th chosen expert) for r in [0, k), w(r) and g(r) its weight and dL/dw, logit(r)
 // its logit (read for sigmoid scores only). An expert a row names twice is two terms of its weights'
-// normalisation: the caller adds the outputs of its slots.
+// normalisation: the caller adds the outputs of its slots (write_slot).
 template <class W, class G, class Logit, class Out>
 SSR_HD void backward_row(Score score, int k, const W& w, const G& g, const Logit& logit, const Out& out) {
   double dot = 0;
@@ -41,6 +41,13 @@ SSR_HD void backward_row(Score score, int k, const W& w, const G& g, const Logit
     const double slope = score == Score::softmax ? 1.0 : log_score_slope(score, static_cast<double>(logit(r)));
     out(r, slope * (wr * static_cast<double>(g(r))) - slope * (wr * dot));
   }
+}
+
+// Writes a slot's dL/dS d into its zeroed row entry o: d rounded once (its sign of zero too) for an expert's
+// first slot, added to the entry for a slot repeating an expert.
+template <class T>
+SSR_HD void write_slot(T& o, double d) {
+  o = o == T(0) ? static_cast<T>(d) : static_cast<T>(static_cast<double>(o) + d);
 }
 
 // Whether a row's k experts all lie in [0, n): where one does not (an unchecked call's), the backends give

@@ -135,7 +135,7 @@ class CpuBackend {
       const T* s = a.logits.empty() ? nullptr : a.logits.row(i);
       math::backward_row(
           info.score, k, [w](int r) { return w[r]; }, [g](int r) { return g[r]; }, [s, e](int r) { return s[e[r]]; },
-          [out, e](int r, double d) { out[e[r]] += static_cast<T>(d); });
+          [out, e](int r, double d) { math::write_slot(out[e[r]], d); });
     });
   }
 

@@ -95,7 +95,7 @@ struct Backward {
     const T* s = logits.empty() ? nullptr : logits.row(i);
     math::backward_row(
         score, static_cast<int>(experts.cols), [w](int r) { return w[r]; }, [g](int r) { return g[r]; },
-        [s, e](int r) { return s[e[r]]; }, [out, e](int r, double d) { out[e[r]] += static_cast<T>(d); });
+        [s, e](int r) { return s[e[r]]; }, [out, e](int r, double d) { math::write_slot(out[e[r]], d); });
   }
 };
 
