@@ -69,7 +69,8 @@ class SsrTopKRouter(abc.ABC):
 
     def _ssr_choose(self, logits):
         # Megatron's activation recompute runs the first forward under no_grad (reentrant checkpoint).
-        step = call_step(self, checkpointed=not torch.is_grad_enabled() and in_checkpoint_forward())
+        checkpointed = self.ssr.training and not torch.is_grad_enabled() and in_checkpoint_forward()
+        step = call_step(self, checkpointed=checkpointed)
         route_logits = logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
         return self.ssr(route_logits, step=step, expert_bias=self.expert_bias)
 
@@ -115,8 +116,8 @@ def replace_routers(model, router="ssr", group=None, **router_options):
 
     Raises, before changing anything, TypeError when `model` holds no TopKRouter and ValueError naming a
     configuration ssr does not route as Megatron would (pre-softmax weights; sigmoid scores with top-1, whose
-    weight is the raw score; group-limited routing other than sigmoid scores with two experts a group) or a
-    bad option.
+    weight is the raw score; group-limited routing other than sigmoid scores with moe_router_topk //
+    moe_router_group_topk = 2) or a bad option.
     """
     if "layer" in router_options or "k" in router_options:
         raise TypeError("replace_routers: k and layer come from each router's Megatron config; do not pass them")

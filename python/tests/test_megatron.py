@@ -163,8 +163,8 @@ def test_checkpointed_recompute_routes_with_the_step_it_repeats():
 
 
 def test_a_training_forward_without_gradient_outside_a_checkpoint_leaves_recomputes_alone():
-    # E.g. log-probabilities computed in train mode under no_grad between training steps: not a checkpointed
-    # forward, so its step is not one a recompute repeats.
+    # E.g. log-probabilities computed in train mode under no_grad between training steps: no recompute
+    # repeats their steps.
     replaced = make_router().train()
     (router,) = ssr_megatron.replace_routers(replaced, "ssr", p=0.5, seed=7, noise_alpha=1.0)
     logits = logits_of(8).requires_grad_()
@@ -178,8 +178,10 @@ def test_a_training_forward_without_gradient_outside_a_checkpoint_leaves_recompu
     for _ in range(4):
         with torch.no_grad():
             replaced.routing(logits)
+            # A model's checkpointed layers run without gradient too: their inputs need none.
+            torch.utils.checkpoint.checkpoint(replaced.routing, logits.detach(), use_reentrant=True)
         torch.utils.checkpoint.checkpoint(route, logits, use_reentrant=True).sum().backward()
-    assert router.step == 8 and not replaced._ssr_steps
+    assert router.step == 12 and not replaced._ssr_steps
     assert all(torch.equal(seen[i], seen[i + 1]) for i in range(0, 8, 2))  # forward, then its recompute
 
 
