@@ -65,14 +65,15 @@ def call_step(module, checkpointed):
 def in_checkpoint_forward():
     """Whether this call runs inside the forward of a reentrant activation checkpoint that backward will run
     again: an autograd Function named *Checkpoint* (Megatron's, Transformer Engine's, torch.utils.checkpoint's)
-    found on the stack, with an input that needs gradient. A forward without gradient (e.g. log-probabilities
-    in train mode), checkpointed or not, so leaves no step for a recompute to take."""
+    found on the stack, in the graph (applied with gradient on, to an input that needs it: its node has
+    edges). A forward without gradient (e.g. log-probabilities in train mode), checkpointed or not, so leaves
+    no step for a recompute to take."""
     frame = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
         if code.co_name == "forward" and code.co_varnames[:1] == ("ctx",):  # f_locals of Functions' frames only
             ctx = frame.f_locals.get("ctx")
             if isinstance(ctx, torch.autograd.function.BackwardCFunction) and "Checkpoint" in type(ctx).__name__:
-                return any(ctx.needs_input_grad)
+                return len(ctx.next_functions) > 0  # needs_input_grad ignores the grad mode
         frame = frame.f_back
     return False

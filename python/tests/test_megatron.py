@@ -178,10 +178,12 @@ def test_a_training_forward_without_gradient_outside_a_checkpoint_leaves_recompu
     for _ in range(4):
         with torch.no_grad():
             replaced.routing(logits)
-            # A model's checkpointed layers run without gradient too: their inputs need none.
+            # A model's checkpointed layers run without gradient too, whether their inputs require it or not
+            # (a pipeline stage's received activations do).
             torch.utils.checkpoint.checkpoint(replaced.routing, logits.detach(), use_reentrant=True)
+            torch.utils.checkpoint.checkpoint(replaced.routing, logits, use_reentrant=True)
         torch.utils.checkpoint.checkpoint(route, logits, use_reentrant=True).sum().backward()
-    assert router.step == 12 and not replaced._ssr_steps
+    assert router.step == 16 and not replaced._ssr_steps
     assert all(torch.equal(seen[i], seen[i + 1]) for i in range(0, 8, 2))  # forward, then its recompute
 
 

@@ -44,7 +44,7 @@ SSR_HD void backward_row(Score score, int k, const W& w, const G& g, const Logit
 }
 
 // Writes a slot's dL/dS d into its zeroed row entry o: d rounded once (its sign of zero too) for an expert's
-// first slot, added to the entry for a slot repeating an expert.
+// first slot, added to the entry for a slot repeating an expert (assigned onto a zero total: the same value).
 template <class T>
 SSR_HD void write_slot(T& o, double d) {
   o = o == T(0) ? static_cast<T>(d) : static_cast<T>(static_cast<double>(o) + d);
