@@ -111,7 +111,7 @@ TEST_CASE("backward of gradients whose weighted sum overflows has no NaN", "[bac
   }
 }
 
-TEMPLATE_TEST_CASE("backward adds the slots of a repeated expert, and gives NaN to a row naming one outside [0, n)",
+TEMPLATE_TEST_CASE("backward adds the slots of a repeated expert, and gives NaN to a row naming an expert out of range",
                    "[backward]", float, double) {
   // Row 0 names expert 1 twice, each slot its own term (w = 1/2, 1/4, 1/4 for g = 1, 3, 4): dL/dS_1 adds
   // both slots' w (g - sum w g). Row 1 names expert 4 of 4, which an unchecked call leaves to the
