@@ -95,8 +95,9 @@ class ReplayWeights : public torch::autograd::Function<ReplayWeights> {
     const Tensor &experts = saved[0], &weights = saved[1], &logits = saved[2];
     const Tensor grad_weights = grads[0].defined() ? grads[0] : torch::zeros_like(weights);
     // Clamped before narrowing, so that an int64 expert outside [0, n) stays outside it (a NaN row on a GPU).
+    const int64_t n = ctx->saved_data["n"].toInt();
     const Tensor grad = route_backward.call(
-        grad_weights, experts.clamp(-1, ctx->saved_data["n"].toInt()).to(torch::kInt32), weights, ctx->saved_data["n"].toInt(), true, c10::nullopt,
+        grad_weights, experts.clamp(-1, n).to(torch::kInt32), weights, n, true, c10::nullopt,
         ctx->saved_data["score"].toStringRef(), logits.defined() ? c10::optional<Tensor>(logits) : c10::nullopt);
     return {grad.to(ctx->saved_data["dtype"].toScalarType()), Tensor(), Tensor()};
   }

@@ -71,8 +71,8 @@ struct SolvedRow {
   }
 };
 
-// Row i of dL/dS (math::backward_row): zero, then the chosen experts' entries added when the weights pass
-// gradient; NaN where the row names an expert outside [0, n).
+// Row i of dL/dS (math::backward_row): zero, then the chosen experts' entries (math::write_slot) when the
+// weights pass gradient; NaN where the row names an expert outside [0, n).
 template <class T>
 struct Backward {
   MatrixView<const std::int32_t> experts{};
