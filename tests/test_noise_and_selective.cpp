@@ -37,6 +37,22 @@ double top1_probability(const std::vector<double>& c, std::size_t j, double s) {
   return total;
 }
 
+// A route that took the Sinkhorn path with a finite column error, each of its m rows' k weights finite and
+// summing to 1.
+template <class T>
+void require_finite_sinkhorn_route(const test::Routed<T>& out, index_t m, int k) {
+  REQUIRE(out.info.path == ssr::Path::sinkhorn);
+  CHECK(std::isfinite(out.info.marginal_error));
+  for (index_t i = 0; i < m; ++i) {
+    double sum = 0;
+    for (index_t r = 0; r < k; ++r) {
+      REQUIRE(std::isfinite(out.weight(i, r)));
+      sum += static_cast<double>(out.weight(i, r));
+    }
+    CHECK(sum == Approx(1.0).epsilon(1e-3));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("top-1 frequencies under noise match Proposition 3", "[noise]") {
@@ -165,16 +181,7 @@ TEMPLATE_TEST_CASE("extreme logits under a huge noise amplitude route without Na
       const auto out = test::route(ssr::make_ssr(k, Cost::linear, 1.0, {xi, 0.5, 110}, alpha, 10.0), s, m, n,
                                    Context::train(2460215669ULL, 3654863366U, 960799413U));
       INFO("k " << k << " xi " << xi);
-      REQUIRE(out.info.path == ssr::Path::sinkhorn);
-      CHECK(std::isfinite(out.info.marginal_error));
-      for (index_t i = 0; i < m; ++i) {
-        double sum = 0;
-        for (index_t r = 0; r < k; ++r) {
-          REQUIRE(std::isfinite(out.weight(i, r)));
-          sum += static_cast<double>(out.weight(i, r));
-        }
-        CHECK(sum == Approx(1.0).epsilon(1e-3));
-      }
+      require_finite_sinkhorn_route(out, m, k);
     }
   }
 }
@@ -192,16 +199,7 @@ TEMPLATE_TEST_CASE("a softmax cost under noise far above the costs routes withou
       const auto out = test::route(ssr::make_ssr(k, Cost::softmax, 1.0, {0.5, 1e-4, 100}, alpha, 1.0), s, m, n,
                                    Context::train(3, 1, 11));
       INFO("alpha " << alpha << " k " << k);
-      REQUIRE(out.info.path == ssr::Path::sinkhorn);
-      CHECK(std::isfinite(out.info.marginal_error));
-      for (index_t i = 0; i < m; ++i) {
-        double sum = 0;
-        for (index_t r = 0; r < k; ++r) {
-          REQUIRE(std::isfinite(out.weight(i, r)));
-          sum += static_cast<double>(out.weight(i, r));
-        }
-        CHECK(sum == Approx(1.0).epsilon(1e-3));
-      }
+      require_finite_sinkhorn_route(out, m, k);
     }
   }
 }

@@ -145,16 +145,23 @@ def test_configurations_ssr_cannot_route_as_asked_are_named_before_anything_chan
         ssr_megatron.replace_routers(torch.nn.Linear(2, 2))
 
 
+def recorded_routing(router):
+    """router.routing returning its probs alone, and the list each call appends its routing map to."""
+    seen = []
+
+    def route(x):
+        probs, routing_map = router.routing(x)
+        seen.append(routing_map.clone())
+        return probs
+
+    return route, seen
+
+
 def test_checkpointed_recompute_routes_with_the_step_it_repeats():
     replaced = make_router().train()
     (router,) = ssr_megatron.replace_routers(replaced, "ssr", p=0.5, seed=7)
     logits = logits_of(8).requires_grad_()
-    seen = []
-
-    def route(x):
-        probs, routing_map = replaced.routing(x)
-        seen.append(routing_map.clone())
-        return probs
+    route, seen = recorded_routing(replaced)
 
     for _ in range(6):
         torch.utils.checkpoint.checkpoint(route, logits, use_reentrant=True).sum().backward()
@@ -168,12 +175,7 @@ def test_a_training_forward_without_gradient_outside_a_checkpoint_leaves_recompu
     replaced = make_router().train()
     (router,) = ssr_megatron.replace_routers(replaced, "ssr", p=0.5, seed=7, noise_alpha=1.0)
     logits = logits_of(8).requires_grad_()
-    seen = []
-
-    def route(x):
-        probs, routing_map = replaced.routing(x)
-        seen.append(routing_map.clone())
-        return probs
+    route, seen = recorded_routing(replaced)
 
     for _ in range(4):
         with torch.no_grad():
