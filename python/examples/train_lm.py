@@ -57,6 +57,8 @@ PRESETS = {
                    lr=7e-4, warmup=4000, dropout=0.1, valid=0.05, eval_tokens=0, p=1e-3),
 }
 
+NOISE_STREAMS = 1 << 31  # the noisy gate's seeds start here (torch's CPU generator keeps a seed's low 32 bits)
+
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
@@ -96,8 +98,16 @@ def parse_args(argv=None):
     for name in args.routers:
         if name not in ROUTERS:
             parser.error(f"unknown router {name!r}: choose from {', '.join(ROUTERS)}")
+    if len(set(args.routers)) < len(args.routers):
+        parser.error("--routers names a router twice")
     if min(args.layers, args.hidden, args.inner, args.heads, args.seq, args.batch, args.steps, args.seeds) < 1:
         parser.error("sizes, --steps and --seeds must be at least 1")
+    floats = ("lr", "dropout", "valid", "p", "noise", "momentum", "step_size", "attack", "clip")
+    bad = [name for name in floats if not math.isfinite(getattr(args, name))]
+    if bad or (args.xi is not None and not math.isfinite(args.xi)):
+        parser.error(f"--{(bad or ['xi'])[0].replace('_', '-')} must be a finite number")
+    if not 0 <= args.seed <= NOISE_STREAMS - args.seeds:
+        parser.error("--seed must lie in [0, 2**31 - --seeds]")
     if args.hidden % args.heads or not 1 <= args.k <= args.experts:
         parser.error("--hidden must be a multiple of --heads, and 1 <= --k <= --experts")
     if args.data is not None and not Path(args.data).is_file():
@@ -110,7 +120,24 @@ def parse_args(argv=None):
         args.precision = "bf16" if torch.device(args.device).type == "cuda" else "fp32"
     if args.log_every <= 0:
         args.log_every = max(1, args.steps // 10)
+    for name in args.routers:  # every router's options checked before the first one trains
+        try:
+            ssr_torch.Router(**router_options(args, name, args.seed, 0)).eval()(torch.zeros(1, args.experts))
+        except (ValueError, RuntimeError) as e:
+            parser.error(f"router {name}: {e}")
     return args
+
+
+def router_options(args, name, seed, layer):
+    """The ssr_torch.Router options of a named router in this run's setting."""
+    options = dict(ROUTERS[name][1], k=args.k, seed=seed, layer=layer)
+    if options["router"] != "softmax":
+        options.update(p=args.p, noise_alpha=args.noise if name.endswith("-noise") else 0.0)
+        if args.xi is not None:
+            options["xi"] = args.xi
+    if options.get("expert_bias"):
+        options["n_experts"] = args.experts
+    return options
 
 
 class SMoE(torch.nn.Module):
@@ -118,15 +145,8 @@ class SMoE(torch.nn.Module):
 
     def __init__(self, args, name, seed, layer):
         super().__init__()
-        _, options, self.losses, noisy = ROUTERS[name]
-        options = dict(options, k=args.k, seed=seed, layer=layer)
-        if options["router"] != "softmax":
-            options.update(p=args.p, noise_alpha=args.noise if name.endswith("-noise") else 0.0)
-            if args.xi is not None:
-                options["xi"] = args.xi
-        if options.get("expert_bias"):
-            options["n_experts"] = args.experts
-        self.router = ssr_torch.Router(**options)
+        _, _, self.losses, noisy = ROUTERS[name]
+        self.router = ssr_torch.Router(**router_options(args, name, seed, layer))
         d, h, n = args.hidden, args.inner, args.experts
         self.gate = torch.nn.Linear(d, n, bias=False)
         # Shazeer's noise gate starts at zero; made without the random generator, every router starts alike.
@@ -244,13 +264,19 @@ def evaluate(model, data, args):
     return total / count * BITS, sum(loads) / len(loads)
 
 
+def generators(seed, device):
+    """A seed's batch order (the same for every router) and the noisy gate's draws: no seed's noise is
+    another seed's batches."""
+    return (torch.Generator().manual_seed(seed),
+            torch.Generator(device=device).manual_seed(NOISE_STREAMS + seed))
+
+
 def run(name, seed, args, train, valid, attacked_valid):
     torch.manual_seed(seed)  # the same initial weights and dropout masks for every router
     model = ByteLM(args, name, seed).to(args.device)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / max(1, args.warmup)))
-    batches = torch.Generator().manual_seed(seed)  # the same batches for every router
-    noise = torch.Generator(device=args.device).manual_seed(seed + 1)
+    batches, noise = generators(seed, args.device)
     losses, loads, times, curve, sinkhorn = [], [], [], [], 0
     start = time.perf_counter()
     for step in range(args.steps):
@@ -277,7 +303,7 @@ def run(name, seed, args, train, valid, attacked_valid):
             print(f"  {name:>13} seed {seed} step {step + 1:6d}  loss {curve[-1][1]:.3f} bits/byte  load "
                   f"{curve[-1][2]:.2f}  {time.perf_counter() - start:7.1f} s", file=sys.stderr, flush=True)
     valid_bits, valid_load = evaluate(model, valid, args)
-    attacked_bits = evaluate(model, attacked_valid, args)[0] if args.attack > 0 else float("nan")
+    attacked_bits = evaluate(model, attacked_valid, args)[0] if args.attack > 0 else None  # null: not run
     tail = max(1, args.steps // 10)  # the last 10% of steps; step times after the first 10% (warm-up)
     return dict(train=mean(losses[-tail:]), valid=valid_bits, attacked=attacked_bits, load=valid_load,
                 train_load=mean(loads[-tail:]), sinkhorn=sinkhorn, ms=1000 * mean(times[tail:] or times),
@@ -312,6 +338,8 @@ def t_quantile(df, q=0.975):
 
 def paired(values, reference):
     """The mean of values - reference over seeds and its 95% paired-t interval (mean, low, high)."""
+    if len(values) != len(reference):
+        raise ValueError(f"paired: {len(values)} values against {len(reference)} of the reference")
     d = [a - b for a, b in zip(values, reference)]
     centre = mean(d)
     half = t_quantile(len(d) - 1) * math.sqrt(sum((x - centre) ** 2 for x in d) / (len(d) - 1) / len(d))
@@ -322,6 +350,8 @@ METRICS = (("valid", "val bits/byte", 4), ("attacked", "attacked bits/byte", 4),
 
 
 def spread(values, decimals):
+    if None in values:
+        return "-"
     if len(values) < 2:
         return f"{values[0]:.{decimals}f}"
     centre = mean(values)
@@ -359,9 +389,13 @@ def summarise(results, args):
                 continue
             cells = []
             for key, _, decimals in METRICS:
+                entry = differences.setdefault(reference, {}).setdefault(name, {})
+                if args.attack == 0 and key == "attacked":
+                    entry[key] = None  # not run
+                    cells.append("-")
+                    continue
                 centre, low, high = paired([r[key] for r in runs], [r[key] for r in results[reference]])
-                differences.setdefault(reference, {}).setdefault(name, {})[key] = dict(mean=centre, low=low,
-                                                                                       high=high)
+                entry[key] = dict(mean=centre, low=low, high=high)
                 star = "*" if low > 0 or high < 0 else ""
                 cells.append(f"{centre:+.{decimals}f} [{low:+.{decimals}f}, {high:+.{decimals}f}]{star}")
             rows.append((name,) + tuple(cells))
@@ -397,8 +431,8 @@ def main(argv=None):
     differences = summarise(results, args)
     if args.json:
         setup = {k: v for k, v in vars(args).items() if k != "json"}
-        with open(args.json, "w") as f:
-            json.dump(dict(setup=setup, results=results, paired=differences), f, indent=1)
+        text = json.dumps(dict(setup=setup, results=results, paired=differences), indent=1, allow_nan=False)
+        Path(args.json).write_text(text)
     return 0
 
 

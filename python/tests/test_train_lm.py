@@ -3,6 +3,7 @@ finite losses, runs are reproducible and start alike, SSR-L trains at xi = 0.05,
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +26,9 @@ def recipe(tmp_path, *options, timeout=240):
                             capture_output=True, text=True, timeout=timeout, cwd=tmp_path,
                             env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout, json.loads(out.read_text())
+    def not_json(constant):
+        raise AssertionError(f"{constant} is not JSON")
+    return result.stdout, json.loads(out.read_text(), parse_constant=not_json)
 
 
 def test_t_quantiles_are_students():
@@ -105,6 +108,41 @@ def test_runs_are_reproducible_and_every_router_starts_from_the_same_weights():
     for other in models[1:]:
         for key, value in models[0].items():
             assert torch.equal(other[key], value), key
+
+
+def test_no_seed_draws_another_seeds_batches_as_its_noise():
+    draws = {}
+    for seed in range(3):
+        batches, noise = train_lm.generators(seed, "cpu")
+        draws[seed] = [torch.randn(64, generator=batches), torch.randn(64, generator=noise)]
+    streams = [d for pair in draws.values() for d in pair]
+    for i, first in enumerate(streams):
+        for second in streams[i + 1:]:
+            assert not torch.equal(first, second)
+    with pytest.raises(SystemExit):
+        train_lm.parse_args(["--seed", str(2**31 - 1), "--seeds", "2"])
+
+
+def test_without_an_attack_the_attacked_metric_is_null(tmp_path):
+    stdout, out = recipe(tmp_path, "--routers", "softmax,ssr-s", "--steps", "2", "--seeds", "2", "--attack", "0")
+    assert all(run["attacked"] is None for runs in out["results"].values() for run in runs)
+    assert out["paired"]["softmax"]["ssr-s"]["attacked"] is None
+    assert out["paired"]["softmax"]["ssr-s"]["valid"]["mean"] is not None
+    assert "nan" not in stdout
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--routers", "softmax,ssr-l,softmax"], "names a router twice"),
+    (["--routers", "softmax,ssr-l", "--p", "2"], "router ssr-l: .*p"),
+    (["--routers", "softmax,ssr-s", "--xi", "0"], "router ssr-s: .*xi"),
+    (["--routers", "softmax,grouped+bias", "--experts", "6"], "router grouped\\+bias"),
+    (["--routers", "softmax", "--clip", "nan"], "--clip must be a finite number"),
+    (["--routers", "softmax", "--lr", "inf"], "--lr must be a finite number"),
+])
+def test_every_router_is_checked_before_the_first_one_trains(options, message, capsys):
+    with pytest.raises(SystemExit):
+        train_lm.parse_args(TINY + options)
+    assert re.search(message, capsys.readouterr().err)
 
 
 def test_a_text_file_is_split_ninety_ten(tmp_path):
