@@ -60,14 +60,36 @@ if(NOT seeds EQUAL 2 OR NOT bpb_length EQUAL 2 OR NOT (low LESS mean AND mean LE
   message(FATAL_ERROR "results.json: seeds ${seeds}, ${bpb_length} values, interval ${low} < ${mean} < ${high}?")
 endif()
 
+# Without an attack the attacked metric is null, not 0; a file name with a quote and a backslash stays JSON.
+set(odd "${OUT}/we\"ird\\name.txt")
+string(REPEAT "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer. " 60 text)
+file(WRITE "${odd}" "${text}")
+execute_process(COMMAND "${DEMO}" --steps 2 --seeds 2 --routers softmax,ssr-l --attack 0 --data "${odd}"
+  --out "${OUT}/odd" --json "${OUT}/odd/results.json" RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "ssr-smoe-demo --attack 0 --data '${odd}' exited with ${status}:\n${out}\n${err}")
+endif()
+file(READ "${OUT}/odd/results.json" json)
+string(JSON data GET "${json}" data)
+string(JSON attacked TYPE "${json}" routers ssr-l bpb_attacked 0)
+string(JSON attacked_mean TYPE "${json}" paired softmax ssr-l bpb_attacked mean)
+string(JSON clean_mean TYPE "${json}" paired softmax ssr-l bpb mean)
+if(NOT data STREQUAL odd OR NOT attacked STREQUAL "NULL" OR NOT attacked_mean STREQUAL "NULL"
+   OR NOT clean_mean STREQUAL "NUMBER")
+  message(FATAL_ERROR "results.json with --attack 0: data '${data}', attacked ${attacked} and ${attacked_mean}, "
+                      "clean ${clean_mean}")
+endif()
+
 # Options it cannot honour stop it with their name: numbers with trailing text, a negative seed, sequences
-# longer than a batch, a text shorter than the context and one sequence.
+# longer than a batch, a text shorter than the context and one sequence, noise that is not a number, a
+# router named twice.
 file(WRITE "${OUT}/short.txt" "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer the slings")
 foreach(case IN ITEMS "--steps;1x;--steps takes a number, not '1x'" "--seed;-1;--seed takes a number, not '-1'"
                       "--capacity;1,5;--capacity takes a number" "--seq-len;64;--batch;32;--seq-len must not exceed --batch"
-                      "--data;${OUT}/short.txt;--seq-len;256;bytes holds no 4 bytes of context and a sequence of 256")
+                      "--data;${OUT}/short.txt;--seq-len;256;bytes holds no 4 bytes of context and a sequence of 256"
+                      "--noise;nan;--noise must be finite and >= 0" "--routers;ssr-l,softmax,ssr-l;--routers names ssr-l twice")
   list(POP_BACK case expected)
-  execute_process(COMMAND "${DEMO}" ${case} --steps 1 --routers softmax --out "${OUT}/bad"
+  execute_process(COMMAND "${DEMO}" --steps 1 --routers softmax ${case} --out "${OUT}/bad"
     RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
   string(FIND "${err}" "${expected}" at)
   if(status EQUAL 0 OR at EQUAL -1)

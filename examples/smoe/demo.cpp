@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <string>
@@ -57,7 +58,8 @@ const char* usage =
     "                  difference to softmax top-k (and softmax+lb) seed by seed, with its 95% interval (default 1)\n"
     "  --seed S        first seed (default 0)\n"
     "  --batch M       tokens per step (default 256)\n"
-    "  --seq-len L     a batch is M / L sequences of L consecutive predictions, L <= M (default 32)\n"
+    "  --seq-len L     a batch is M / L sequences of L consecutive predictions (the last shorter where L does\n"
+    "                  not divide M), L <= M (default 32)\n"
     "  --capacity F    expert capacity factor: at most ceil(F k M / n) tokens per expert and step, the rest\n"
     "                  skip it; 0: no limit (default 1)\n"
     "  --momentum MU   Momentum SMoE: p_l = -SMoE_l(x_l) + MU p_(l-1), x_(l+1) = x_l - GAMMA p_l (default 0)\n"
@@ -140,9 +142,15 @@ Args parse(int argc, char** argv) {
     throw std::invalid_argument("--capacity must be finite and >= 0");
   if (!(a.train.attack >= 0 && a.train.attack <= 1)) throw std::invalid_argument("--attack must lie in [0, 1]");
   if (!(a.routers.xi >= 0) || !std::isfinite(a.routers.xi)) throw std::invalid_argument("--xi must be > 0 (or 0: each router's own)");
+  if (!(a.routers.noise_alpha >= 0) || !std::isfinite(a.routers.noise_alpha))
+    throw std::invalid_argument("--noise must be finite and >= 0");
   if (!std::isfinite(a.model.momentum) || !std::isfinite(a.model.step_size))
     throw std::invalid_argument("--momentum and --step-size must be finite");
   for (const std::string& name : a.names) smoe::with_router(name, a.routers, [](auto&&...) {});  // names exist
+  for (std::size_t i = 0; i < a.names.size(); ++i)
+    if (std::find(a.names.begin(), a.names.begin() + static_cast<std::ptrdiff_t>(i), a.names[i]) !=
+        a.names.begin() + static_cast<std::ptrdiff_t>(i))
+      throw std::invalid_argument("--routers names " + a.names[i] + " twice");
   if (a.csv.empty()) a.csv = a.out + "/steps.csv";
   return a;
 }
@@ -241,11 +249,12 @@ std::vector<smoe::Series> loss_differences(const std::vector<RouterRuns>& result
 using Columns = std::map<std::string, std::vector<double>>;
 
 // A router's results, one value per seed under each metric's name.
-Columns columns_of(const RouterRuns& rr, int layers, double vanilla_ms) {
+Columns columns_of(const RouterRuns& rr, int layers, bool attacked, double vanilla_ms) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
   Columns col;
   for (const smoe::RunResult& r : rr.runs) {
       col["bpb"].push_back(r.eval_softmax.bits_per_byte);
-      col["bpb_attacked"].push_back(r.eval_attacked.bits_per_byte);
+      col["bpb_attacked"].push_back(attacked ? r.eval_attacked.bits_per_byte : nan);  // JSON null: not run
       col["bpb_free"].push_back(r.eval_no_capacity.bits_per_byte);
       col["bpb_sk"].push_back(r.eval_sinkhorn.bits_per_byte);
       col["drop_train"].push_back(100 * r.train_dropped);
@@ -319,6 +328,23 @@ std::string paired_tables(const std::vector<RouterRuns>& results, std::map<std::
   return t.str();
 }
 
+// A JSON string: quotes, backslashes and control characters escaped (a file name may hold any of them).
+void json_string(std::ostream& os, const std::string& s) {
+  os << '"';
+  for (const char c : s) {
+    if (c == '"' || c == '\\') {
+      os << '\\' << c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+      os << buf;
+    } else {
+      os << c;
+    }
+  }
+  os << '"';
+}
+
 void json_number(std::ostream& os, double v) {
   if (std::isfinite(v)) {
     os << v;
@@ -335,7 +361,9 @@ void write_json(const std::string& path, const Args& args, const std::vector<Rou
   os << "{\"seeds\": " << args.seeds << ", \"first_seed\": " << args.train.seed << ", \"steps\": " << args.train.steps
      << ", \"batch\": " << args.train.batch << ", \"p\": " << args.routers.p << ", \"xi\": " << args.routers.xi
      << ", \"noise_alpha\": " << args.routers.noise_alpha << ", \"capacity\": " << args.routers.capacity
-     << ", \"data\": \"" << (args.data.empty() ? "generated corpus" : args.data) << "\",\n \"routers\": {";
+     << ", \"data\": ";
+  json_string(os, args.data.empty() ? "generated corpus" : args.data);
+  os << ",\n \"routers\": {";
   for (std::size_t i = 0; i < results.size(); ++i) {
     os << (i ? ",\n  " : "\n  ") << "\"" << results[i].name << "\": {";
     bool first = true;
@@ -401,10 +429,14 @@ int main(int argc, char** argv) try {
   const std::string text = args.data.empty() ? smoe::generate_corpus(corpus_bytes, corpus_seed) : smoe::read_file(args.data);
   const smoe::Corpus corpus = smoe::Corpus::split(text, args.model.context);
   const smoe::ModelOptions& m = args.model;
+  // As smoe::sequential_batches splits the validation text: every byte after the first context, whole
+  // sequences per batch.
+  const Index validation_predictions =
+      std::max<Index>(0, std::min<Index>(static_cast<Index>(corpus.valid.size()) - m.context, args.train.eval_tokens));
+  const Index validation_batch = args.train.batch / args.train.seq_len * args.train.seq_len;
   std::ostringstream setup;
   setup << "data: " << (args.data.empty() ? "generated corpus" : args.data) << ", " << corpus.train.size()
-        << " training bytes, " << std::min<std::size_t>(corpus.valid.size(), static_cast<std::size_t>(args.train.eval_tokens))
-        << " validation predictions\n"
+        << " training bytes, " << validation_predictions << " validation predictions\n"
         << "model: " << m.context << " context bytes, d = " << m.dim << ", " << m.layers << " SMoE layers of n = "
         << m.experts << " GELU experts (h = " << m.hidden << "), k = " << args.routers.k << "; Adam lr "
         << args.train.adam.lr << ", " << args.train.batch << " tokens per step, " << args.train.steps << " steps, "
@@ -414,8 +446,8 @@ int main(int argc, char** argv) try {
         << (args.routers.xi > 0 ? "xi = " + shortest(args.routers.xi) + " for every Sinkhorn router"
                                 : std::string("each Sinkhorn router's own xi"))
         << "; expert bias rate " << args.routers.bias_rate << "\n"
-        << "batches of " << args.train.batch / args.train.seq_len << " sequences of " << args.train.seq_len
-        << " predictions; expert capacity factor " << args.routers.capacity
+        << "training batches of " << args.train.batch << " predictions in sequences of " << args.train.seq_len
+        << ", validation batches of " << validation_batch << "; expert capacity factor " << args.routers.capacity
         << (args.routers.capacity > 0 ? "" : " (none)") << "; residual "
         << (args.model.momentum == 0 && args.model.step_size == 1
                 ? std::string("plain")
@@ -470,7 +502,7 @@ int main(int argc, char** argv) try {
   for (int l = 0; l < m.layers; ++l) norms << "---|";
   norms << "\n";
   std::map<std::string, Columns> columns;  // router -> metric -> one value per seed
-  for (const RouterRuns& rr : results) columns[rr.name] = columns_of(rr, m.layers, vanilla_ms);
+  for (const RouterRuns& rr : results) columns[rr.name] = columns_of(rr, m.layers, args.train.attack > 0, vanilla_ms);
   for (const RouterRuns& rr : results) {
     Columns& col = columns[rr.name];
     const bool attacked = args.train.attack > 0, capped = args.routers.capacity > 0;
@@ -530,7 +562,7 @@ int main(int argc, char** argv) try {
             << "dropped %: assignments over an expert's capacity, which skip it (the residual carries the token).\n"
             << "load max/mean: most tokens an expert gets over the mean (1 = balanced), per layer, mean over layers.\n"
             << "Sinkhorn inference: validation routed by Sinkhorn top-k (plan weights, xi = 0.5) on batches of "
-            << args.train.batch << " tokens, no parameter update.\n"
+            << args.train.batch / args.train.seq_len * args.train.seq_len << " tokens, no parameter update.\n"
             << "routing ms/step: gate products, router (route and backward), grouping by expert, auxiliary losses.\n"
             << "wrote " << args.csv << ", " << load_svg << ", " << loss_svg << ", " << args.out << "/summary.md"
             << (args.json.empty() ? "" : ", " + args.json)

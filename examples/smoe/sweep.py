@@ -34,6 +34,8 @@ def parse_args(argv=None):
     args.routers = args.routers.split(",")
     if args.seeds < 2:
         parser.error("--seeds must be at least 2 for paired intervals")
+    if "softmax" in args.routers or len(set(args.routers)) < len(args.routers):
+        parser.error("--routers names each router once, softmax (the reference, always run) not among them")
     return args
 
 
@@ -72,6 +74,9 @@ def main(argv=None):
             cells = [value, router, f"{sum(sinkhorn) / len(sinkhorn):.1f}", str(nonfinite[router][0])]
             for key, _, decimals in METRICS:
                 d = results["paired"]["softmax"][router][key]
+                if d["mean"] is None:  # not measured (--attack 0)
+                    cells.append("-")
+                    continue
                 cells.append(f"{d['mean']:+.{decimals}f} [{d['low']:+.{decimals}f}, {d['high']:+.{decimals}f}]"
                              + ("*" if d["excludes_zero"] else ""))
             rows.append(cells)
