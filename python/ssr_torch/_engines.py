@@ -57,7 +57,7 @@ def call_step(module, checkpointed):
         return None
     if _in_backward():
         return module._ssr_steps.popleft() if module._ssr_steps else None
-    if checkpointed:
+    if checkpointed and not torch.compiler.is_compiling():  # a compiled recompute reads its saved step
         module._ssr_steps.append(ssr.step)
     return None
 

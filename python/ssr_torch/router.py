@@ -169,8 +169,11 @@ class Router(torch.nn.Module):
         return experts, weights
 
     def _count_call(self, step):
+        # A new tensor, never a change in place (here and in the setter): a compiled graph that runs this call
+        # again in backward (activation checkpointing) reads the step tensor it saved, which must still hold
+        # this call's step.
         if self.training and step is None:
-            self._step.add_(1)
+            self._step = self._step + 1
 
     @property
     def step(self):
@@ -179,7 +182,7 @@ class Router(torch.nn.Module):
 
     @step.setter
     def step(self, value):
-        self._step.fill_(int(value))
+        self._step = torch.tensor(int(value), dtype=torch.int64, device="cpu")
 
     def __setstate__(self, state):
         # A Router pickled by an earlier version holds its step as an int, no replay and no _routed_bias.

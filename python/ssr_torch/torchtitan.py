@@ -12,7 +12,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from ._engines import call_step, require, restore, swap
+from ._engines import call_step, in_checkpoint_forward, require, restore, swap
 from .hf import _layer_index
 from .router import Router
 
@@ -21,6 +21,11 @@ require("torchtitan", "0.3", TESTED, __name__)
 
 from torch.distributed.tensor import DTensor  # noqa: E402
 from torchtitan.models.common.moe import TokenChoiceTopKRouter  # noqa: E402
+from torchtitan.protocols.module import Module  # noqa: E402
+
+
+class TorchtitanRouter(Router, Module):
+    """An ssr_torch.Router that is also a torchtitan Module, as the Trainer requires of every submodule."""
 
 
 class SsrTokenChoiceTopKRouter:
@@ -37,8 +42,12 @@ class SsrTokenChoiceTopKRouter:
         batch, length, n = logits.shape
         flat = logits.reshape(batch * length, n)
         flat = flat if flat.dtype in (torch.float32, torch.float64) else flat.float()
-        # Non-reentrant checkpointing runs the first forward with grad on: replace_routers(recomputed=True) says so.
-        step = call_step(self, checkpointed=self._ssr_recomputed)
+        # With recomputed=True an eager training forward that backward will run again (with gradient on, or
+        # inside a reentrant checkpoint) leaves its step for that recompute; a forward without gradient leaves
+        # none, and a compiled recompute reads the step its forward saved.
+        checkpointed = self._ssr_recomputed and not torch.compiler.is_compiling() and (
+            torch.is_grad_enabled() or in_checkpoint_forward())
+        step = call_step(self, checkpointed=checkpointed)
         experts, weights = self.ssr(flat, step=step, expert_bias=expert_bias)
         scores = torch.sigmoid(logits) if self.score_func == "sigmoid" else F.softmax(logits, dim=-1)
         return (weights * self.route_scale).view(batch, length, -1), experts.view(batch, length, -1), scores
@@ -69,10 +78,10 @@ def replace_routers(model, router="ssr", group=None, recomputed=False, **router_
     routers = []
     for position, (name, module) in enumerate(found):
         n_groups = module.num_expert_groups or 1
-        routers.append(Router(router, k=module.top_k, score=module.score_func, n_groups=n_groups,
-                              topk_groups=module.num_limited_groups or n_groups,
-                              layer=_layer_index(name, position), group=group,
-                              **{"persistent": False, **router_options}))
+        routers.append(TorchtitanRouter(router, k=module.top_k, score=module.score_func, n_groups=n_groups,
+                                        topk_groups=module.num_limited_groups or n_groups,
+                                        layer=_layer_index(name, position), group=group,
+                                        **{"persistent": False, **router_options}))
     if any(not module.route_norm for _, module in found):
         warnings.warn("ssr_torch.torchtitan: ssr's weights sum to 1 over the chosen experts (route_norm=True); "
                       "routers with route_norm=False weighted them by their raw scores", stacklevel=2)

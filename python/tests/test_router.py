@@ -78,6 +78,17 @@ def test_step_stays_an_int_and_the_state_dict_follows_it():
         router.load_state_dict({"_extra_state": torch.tensor([2 ** 32, 0, 0])})
 
 
+def test_a_training_call_in_inference_mode_leaves_a_step_that_can_be_set_and_loaded():
+    router = ssr_torch.Router("ssr", seed=3).train()
+    with torch.inference_mode():
+        router(make_logits(16, 4, 0))
+    router(make_logits(16, 4, 1))
+    assert router.step == 2
+    router.step = 5
+    router.load_state_dict({"_extra_state": torch.tensor([3, 0, 9])})
+    assert router.step == 9
+
+
 def test_a_state_dict_without_the_step_still_loads_strictly_and_says_so():
     router = ssr_torch.Router("ssr", n_experts=4, expert_bias=True, seed=2)
     router.step = 7

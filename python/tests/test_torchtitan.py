@@ -134,9 +134,11 @@ def test_checkpointed_recompute_routes_with_the_step_it_repeats():
 
     with warnings.catch_warnings(), torch.utils.checkpoint.set_checkpoint_early_stop(False):  # recompute it all
         warnings.simplefilter("ignore")
+        with torch.no_grad():
+            titan(x)  # a training-mode forward without gradient (log-probabilities of a rollout): no recompute
         for _ in range(6):
             torch.utils.checkpoint.checkpoint(route, x, use_reentrant=False).sum().backward()
-    assert router.step == 6
+    assert router.step == 7 and not titan._ssr_steps
     assert all(torch.equal(seen[i], seen[i + 1]) for i in range(0, 12, 2))  # forward, then its recompute
 
 
@@ -176,3 +178,54 @@ def test_a_compiled_moe_routes_every_step_with_one_graph():
             paths.add(int(router.info[0]))
     assert router.step == 6 and paths == {0, 1}
     assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+
+
+@pytest.mark.parametrize("recomputed", [False, True])
+def test_a_compiled_checkpointed_moe_recomputes_with_its_forwards_step(recomputed):
+    # torchtitan compiles each checkpointed block with fullgraph=True; the compiled recompute in backward must
+    # route with the step its forward took, also where the next step takes the other path.
+    from torch._dynamo.utils import counters
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    torch._dynamo.reset()
+    counters.clear()
+    moe, eager = tiny_moe().train(), tiny_moe().train()
+    (router,) = ssr_torchtitan.replace_routers(moe, "ssr", p=0.5, seed=1, recomputed=recomputed)
+    (eager_router,) = ssr_torchtitan.replace_routers(eager, "ssr", p=0.5, seed=1)
+    compiled = torch.compile(checkpoint_wrapper(moe, preserve_rng_state=False), fullgraph=True)
+    paths = []
+    config = torch._dynamo.config
+    with warnings.catch_warnings(), config.patch(capture_scalar_outputs=True,
+                                                 skip_fwd_side_effects_in_bwd_under_checkpoint=True):
+        warnings.simplefilter("ignore")
+        for step in range(8):
+            x = inputs(step)
+            compiled(x).square().sum().backward()
+            eager(x).square().sum().backward()
+            paths.append(int(eager_router.info[0]))
+            torch.testing.assert_close(moe.router.gate.weight.grad, eager.router.gate.weight.grad, rtol=0,
+                                       atol=5e-3)
+            moe.zero_grad()
+            eager.zero_grad()
+    assert any(a != b for a, b in zip(paths, paths[1:])), paths  # the path changed from a step to the next
+    assert router.step == 8 and not moe.router._ssr_steps
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+    with warnings.catch_warnings(), config.patch(capture_scalar_outputs=True), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.compile(moe, fullgraph=True)(inputs(9))  # a training forward without gradient compiles too
+    assert router.step == 9 and not moe.router._ssr_steps
+
+
+def test_a_model_with_replaced_routers_keeps_torchtitans_module_protocol():
+    # torchtitan's Trainer checks every submodule of the model it built, then initialises its states.
+    from torchtitan.models.qwen3 import model_registry
+
+    with torch.device("meta"):
+        model = model_registry("debugmodel_moe").model.build()
+    keys = list(model.state_dict())
+    routers = ssr_torchtitan.replace_routers(model, "ssr", p=1e-3)
+    model.verify_module_protocol()
+    model.to_empty(device="cpu")
+    model.init_states()
+    assert routers and all(isinstance(r, ssr_torch.Router) for r in routers)
+    assert list(model.state_dict()) == keys
