@@ -9,6 +9,7 @@ Supported (transformers >= 5, whose MoE blocks call a `...TopKRouter` gate and f
 Qwen2-MoE, Mixtral and OLMoE.
 """
 import importlib
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +21,8 @@ from .router import Router
 # its model's module name in transformers.models.
 SUPPORTED_GATES = {"Qwen3MoeTopKRouter": "qwen3_moe", "Qwen2MoeTopKRouter": "qwen2_moe",
                    "MixtralTopKRouter": "mixtral", "OlmoeTopKRouter": "olmoe"}
+# Gates that return their weights in float32 whatever the logits' dtype; the others in the logits' dtype.
+FLOAT32_WEIGHTS = {"MixtralTopKRouter"}
 
 
 class SsrGate:
@@ -36,7 +39,7 @@ class SsrGate:
         # The operators take float32/float64 logits; transformers' gates also route in float.
         route_logits = logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
         experts, weights = self.ssr(route_logits)  # a recompute under gradient checkpointing routes as its forward
-        return logits, weights.to(logits.dtype), experts
+        return logits, weights if self._float32_weights else weights.to(logits.dtype), experts
 
 
 _ssr_classes = {}
@@ -45,8 +48,8 @@ _ssr_classes = {}
 def _ssr_class(cls):
     if cls not in _ssr_classes:
         name = "Ssr" + cls.__name__
-        _ssr_classes[cls] = globals()[name] = type(name, (SsrGate, cls),
-                                                   {"__module__": __name__, "_original_class": cls})
+        _ssr_classes[cls] = globals()[name] = type(name, (SsrGate, cls), {
+            "__module__": __name__, "_original_class": cls, "_float32_weights": cls.__name__ in FLOAT32_WEIGHTS})
     return _ssr_classes[cls]
 
 
@@ -92,8 +95,9 @@ def replace_routers(model, router="ssr", **router_options):
     The block multiplies its experts' outputs by the Router's weights, which sum to 1 over the k chosen
     experts (plan or softmax weights renormalised over the chosen ones). That is the original routing when
     the model normalises its top-k weights (Mixtral, `norm_topk_prob=True`); a model with
-    `norm_topk_prob=False` weights its experts by the raw softmax probabilities instead, so its outputs
-    change.
+    `norm_topk_prob=False` (the default of transformers' OLMoE, Qwen2-MoE and Qwen3-MoE configs) weights its
+    experts by the raw softmax probabilities instead, so its outputs change (a warning says so). The weights
+    keep the original gate's dtype: float32 for Mixtral, the logits' dtype for the others.
 
     The model's `router_logits` (`output_router_logits=True`) are still the gate logits, and its
     `aux_loss` is still computed from them (from softmax top-k, as transformers does). SSR balances without
@@ -126,6 +130,10 @@ def replace_routers(model, router="ssr", **router_options):
     routers = [Router(router, layer=_layer_index(name, position),
                       **{"k": block.gate.top_k, "persistent": False, **router_options})
                for position, (name, block) in enumerate(blocks)]
+    if any(getattr(block.gate, "norm_topk_prob", True) is False for _, block in blocks):
+        warnings.warn("ssr_torch.hf: ssr's weights sum to 1 over the chosen experts; this model's gates "
+                      "(norm_topk_prob=False) weighted them by their raw softmax probabilities, so its outputs "
+                      "change", stacklevel=2)
     for (_, block), r in zip(blocks, routers):
         gate = block.gate
         if not isinstance(gate, SsrGate):

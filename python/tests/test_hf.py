@@ -119,9 +119,26 @@ def test_unnormalised_model_compares_with_normalised_top_k():
         probs = torch.softmax(torch.nn.functional.linear(hidden, block.gate.weight), dim=1)
         top, index = probs.topk(K, dim=1)
         expected = block.experts(hidden, index, top / top.sum(1, keepdim=True))
-        replace_routers(model)
+        with pytest.warns(UserWarning, match="norm_topk_prob=False"):
+            replace_routers(model)
         model.eval()
         torch.testing.assert_close(block(hidden[None]).squeeze(0), expected)
+
+
+@pytest.mark.parametrize("arch", ["mixtral", "qwen3_moe"])
+def test_the_weights_keep_the_gates_dtype_in_bfloat16(arch):
+    # Mixtral's gate returns float32 weights for bfloat16 logits, Qwen3-MoE's bfloat16 ones.
+    model = tiny_model(arch).to(torch.bfloat16).eval()
+    gate = moe_blocks(model)[0].gate
+    hidden = torch.randn(16, HIDDEN, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+    with torch.no_grad():
+        _, reference, reference_experts = gate(hidden)
+        replace_routers(model)
+        model.eval()
+        logits, weights, experts = gate(hidden)
+    assert logits.dtype == torch.bfloat16 and weights.dtype == reference.dtype
+    assert torch.equal(experts, reference_experts)
+    torch.testing.assert_close(weights, reference)
 
 
 def test_router_logits_and_aux_loss_still_work():
