@@ -53,6 +53,18 @@ void require_finite_sinkhorn_route(const test::Routed<T>& out, index_t m, int k)
   }
 }
 
+// Every noise output finite, within the cost's clamp (ssr::math::cost_bound), some of it at the bound.
+template <class T>
+void require_noise_within_cost_bound(const test::Routed<T>& out) {
+  const auto bound = static_cast<T>(ssr::math::cost_bound<T>());
+  bool at_bound = false;
+  for (const T z : out.noise) {
+    REQUIRE((std::isfinite(z) && std::abs(z) <= bound));
+    at_bound = at_bound || std::abs(z) == bound;
+  }
+  CHECK(at_bound);
+}
+
 }  // namespace
 
 TEST_CASE("top-1 frequencies under noise match Proposition 3", "[noise]") {
@@ -182,7 +194,13 @@ TEMPLATE_TEST_CASE("extreme logits under a huge noise amplitude route without Na
                                    Context::train(2460215669ULL, 3654863366U, 960799413U));
       INFO("k " << k << " xi " << xi);
       require_finite_sinkhorn_route(out, m, k);
+      require_noise_within_cost_bound(out);
     }
+    // The softmax path (p = 0) writes the same noise, clamped as the cost clamps it.
+    const auto soft = test::route(ssr::make_ssr(k, Cost::linear, 0.0, {}, alpha, 10.0), s, m, n,
+                                  Context::train(2460215669ULL, 3654863366U, 960799413U));
+    require_noise_within_cost_bound(soft);
+    for (const T w : soft.weights) CHECK(std::isfinite(w));
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include "ssr/context.hpp"
 #include "ssr/detail/hd.hpp"
+#include "ssr/math/numeric.hpp"
 #include "ssr/random.hpp"
 #include "ssr/spec.hpp"
 #include "ssr/view.hpp"
@@ -57,10 +58,18 @@ SSR_HD inline void noise_row(const RouteSpec& spec, const Context& ctx, index_t 
   for (index_t j = 0; j < n; ++j) z[j] = noise(j);
 }
 
+// The noise output of a drawn z, in T: the noise the cost adds, which clamps it to [-B, B] (cost.hpp), so
+// that a huge alpha writes no infinity.
+template <class T>
+SSR_HD T noise_output_value(double z) {
+  const double bound = cost_bound<T>();
+  return static_cast<T>(z < -bound ? -bound : (z > bound ? bound : z));
+}
+
 // The noise output of element j: z(j) where the call draws noise, 0 where it does not.
 template <class T, class Noise>
 SSR_HD T noise_output_at(const RouteSpec& spec, const Noise& z, index_t j) {
-  return spec.noisy() ? static_cast<T>(z(j)) : T(0);
+  return spec.noisy() ? noise_output_value<T>(z(j)) : T(0);
 }
 
 // The noise output of a row of n elements: out[j] = noise_output_at(j).

@@ -58,7 +58,7 @@ __global__ void softmax_topk_kernel(ConstMatrixView<In> s, RouteSpec spec, Conte
       return v == v ? v : -INFINITY;
     }
     const double z = math::noise_value(spec, ctx, row, s.cols, j);
-    if (noise.data) noise(row, j) = static_cast<T>(z);
+    if (noise.data) noise(row, j) = math::noise_output_value<T>(z);
     const double c = math::cost_value<T>(math::shifted_cost(spec.cost, ssr::detail::to_double(in[j]), shift), &z);
     return c == c ? c : -INFINITY;
   };

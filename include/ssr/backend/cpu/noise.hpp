@@ -49,6 +49,13 @@ SSR_INLINE void noise_tile(const RouteSpec& spec, const Context& ctx, index_t ro
     for (index_t c = 0; c < n; ++c) z[c * tile + q] = 0.0;
 }
 
+// The noise output of a tile's rows: math::noise_output_value of the drawn z, or zeros without noise.
+template <class T>
+void write_noise_tile(const RouteSpec& spec, const double* z, index_t n, index_t rows, MatrixView<T> out) {
+  for (index_t q = 0; q < rows; ++q)
+    for (index_t j = 0; j < n; ++j) out(q, j) = spec.noisy() ? math::noise_output_value<T>(z[j * tile + q]) : T(0);
+}
+
 }  // namespace cpu
 }  // namespace ssr
 SSR_LANES_END

@@ -133,7 +133,7 @@ class Sinkhorn {
           load_tile(x.s.row(i0), x.s.stride, rows, n, logits);
           if (x.spec.noisy()) noise_tile<Ops>(x.spec, x.ctx, i0, rows, n, noise);
           if (!x.out.noise.empty())
-            write_noise(x.spec, noise, n, rows, MatrixView<T>(x.out.noise.row(i0), rows, n, x.out.noise.stride));
+            write_noise_tile(x.spec, noise, n, rows, MatrixView<T>(x.out.noise.row(i0), rows, n, x.out.noise.stride));
           Lanes<T> c;
           kernel_tile<T, Ops>(x.spec, logits, n, x.spec.noisy() ? noise : nullptr, inv_xi, b.h, costs,
                               b.k + tl * n * tile, c);
@@ -226,15 +226,6 @@ class Sinkhorn {
     const auto [first, last] = own_blocks(x);
     if (first >= last) return;
     Finish<T>{x.b, x.spec, x.s, x.out}.tiles(block_tiles(x, first).first, block_tiles(x, last - 1).second);
-  }
-
-  // The noise output of a tile's rows: the drawn noise, or zeros.
-  static void write_noise(const RouteSpec& spec, const double* noise, index_t n, index_t rows, MatrixView<T> out) {
-    if (spec.noisy()) {
-      store_tile(noise, n, rows, out);
-    } else {
-      for (index_t q = 0; q < rows; ++q) std::fill(out.row(q), out.row(q) + n, T(0));
-    }
   }
 };
 

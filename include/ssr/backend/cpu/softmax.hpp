@@ -90,7 +90,8 @@ struct Softmax {
           w);
       store_chosen(chosen.expert, 0, w, spec.k, at, count, experts, weights);
     });
-    if (!out.noise.empty()) store_tile(noise, n, rows, MatrixView<T>(out.noise.row(i0), rows, n, out.noise.stride));
+    if (!out.noise.empty())
+      write_noise_tile(spec, noise, n, rows, MatrixView<T>(out.noise.row(i0), rows, n, out.noise.stride));
   }
 
  public:

@@ -59,13 +59,6 @@ SSR_INLINE void store_rows(const V* list, int k, index_t rows, MatrixView<E> out
     for (int r = 0; r < k; ++r) out(q, r) = static_cast<E>(list[r][q]);
 }
 
-// out(q, j) = x[j * tile + q] for the tile's first `rows` rows (n columns): a tile back into rows.
-template <class E, class X>
-SSR_INLINE void store_tile(const X* x, index_t n, index_t rows, MatrixView<E> out) {
-  for (index_t q = 0; q < rows; ++q)
-    for (index_t j = 0; j < n; ++j) out(q, j) = static_cast<E>(x[j * tile + q]);
-}
-
 }  // namespace cpu
 }  // namespace ssr
 SSR_LANES_END
