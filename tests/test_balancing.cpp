@@ -80,6 +80,27 @@ TEST_CASE("balancing losses reject bad arguments", "[losses][errors]") {
   CHECK_THROWS_WITH(ssr::global_load_balancing_loss<double>({s.data(), 6, 3},
                                                             ssr::VectorView<const std::int64_t>(zero.data(), 3), 0, 1),
                     Contains("tokens = 0"));
+  // Experts of no column: named, not divided by.
+  CHECK_THROWS_WITH(ssr::load_balancing_loss<double>({s.data(), 6, 3}, {e.data(), 6, 0}), Contains("experts.cols = 0"));
+  CHECK_THROWS_WITH(ssr::sequence_balance_loss<double>({s.data(), 6, 3}, {e.data(), 6, 0}, 3, 0.1),
+                    Contains("experts.cols = 0"));
+}
+
+TEST_CASE("balancing losses with sigmoid scores stay finite where every sigmoid of a row underflows", "[losses]") {
+  // p_j = sigmoid_j / sum_l sigmoid_l of a row of very negative logits: exp(S_j - max S) normalised.
+  const std::vector<float> s = {-800, -900, -1000, -750, 0, 1, 2, 3};
+  const std::vector<std::int32_t> e = {3, 2};
+  std::vector<float> grad(8), seq_grad(8);
+  const double lb = ssr::load_balancing_loss<float>({s.data(), 2, 4}, {e.data(), 2, 1}, {grad.data(), 2, 4}, Score::sigmoid);
+  const double seq = ssr::sequence_balance_loss<float>({s.data(), 2, 4}, {e.data(), 2, 1}, 2, 0.5,
+                                                       {seq_grad.data(), 2, 4}, Score::sigmoid);
+  // f = (0, 0, 1/2, 1/2) x 4; P_3 is row 0's p_3 (about 1) over two rows, P_2 row 1's sigmoid share.
+  double sig[4], total = 0;
+  for (int j = 0; j < 4; ++j) total += (sig[j] = 1 / (1 + std::exp(-static_cast<double>(s[4 + j]))));
+  const double p3 = 1 / (1 + std::exp(-50.0) + std::exp(-150.0) + std::exp(-250.0));
+  CHECK(lb == Approx(4 * 0.5 * (p3 + sig[3] / total) / 2 + 4 * 0.5 * (sig[2] / total) / 2));
+  CHECK(seq == Approx(0.5 * lb));
+  for (int j = 0; j < 8; ++j) CHECK((std::isfinite(grad[j]) && std::isfinite(seq_grad[j])));
 }
 
 TEST_CASE("the expert bias moves toward balance by the rate, exactly at the mean it stays", "[bias]") {

@@ -31,7 +31,75 @@ void require_rejected(const Policy& policy, const std::vector<float>& s, index_t
   CHECK(out.plan == before);
 }
 
+// A policy of the caller's own: any spec it is given, which only the call can check.
+struct GivenSpec {
+  ssr::RouteSpec spec;
+  void validate() const {}
+  ssr::RouteSpec resolve(const Context& /*ctx*/) const { return spec; }
+};
+
+#if !defined(SSR_TEST_CUDA)
+// One rank whose agreement works but whose every other sum fails, as a collective that breaks during a
+// solve: the call must throw, not end the process from inside its threads.
+class FailingSums final : public ssr::Communicator<ssr::HostStream> {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void sum(std::int64_t*, std::size_t, ssr::HostStream) const override { throw ssr::RuntimeError("the sum failed"); }
+  void max(double*, std::size_t, ssr::HostStream) const override { throw ssr::RuntimeError("the max failed"); }
+  void sum_on_host(std::int64_t*, std::size_t, ssr::HostStream) const override {}
+};
+#endif
+
 }  // namespace
+
+TEST_CASE("a spec a policy of the caller's own resolves is checked as the built-in policies' are", "[errors]") {
+  const index_t m = 10, n = 4;
+  const auto s = test::random_logits<float>(m, n, 1.0, 1);
+  const auto rejected = [&](auto&& change, const char* what) {
+    GivenSpec policy;
+    policy.spec.path = ssr::Path::sinkhorn;
+    change(policy.spec);
+    require_rejected(policy, s, m, n, what);
+  };
+  rejected([](ssr::RouteSpec& p) { p.k = 0; }, "k = 0");
+  rejected([](ssr::RouteSpec& p) { p.k = -1; }, "k = -1");
+  rejected([](ssr::RouteSpec& p) { p.sinkhorn.xi = 0; }, "xi = 0");
+  rejected([](ssr::RouteSpec& p) { p.sinkhorn.xi = -1; }, "xi = -1");
+  rejected([](ssr::RouteSpec& p) { p.sinkhorn.xi = std::nan(""); }, "xi = nan");
+  rejected([](ssr::RouteSpec& p) { p.sinkhorn.tol = 0; }, "tol = 0");
+  rejected([](ssr::RouteSpec& p) { p.sinkhorn.max_iters = 0; }, "max_iters = 0");
+  rejected([](ssr::RouteSpec& p) { p.noise_alpha = std::nan(""); }, "alpha = nan");
+  rejected([](ssr::RouteSpec& p) { p.noise_sigma = 0; }, "sigma = 0");
+  rejected([](ssr::RouteSpec& p) { p.select = {ssr::Score::softmax, 2, 1}; }, "on the Sinkhorn path");
+  rejected([](ssr::RouteSpec& p) { p.select = {ssr::Score::softmax, 2, 3}; }, "topk_groups = 3");
+  const auto noisy_sigmoid = [](ssr::RouteSpec& p) {
+    p.path = ssr::Path::softmax;
+    p.noise_alpha = 1;
+    p.select.score = ssr::Score::sigmoid;
+  };
+  rejected(noisy_sigmoid, "cost noise needs softmax scores");
+  GivenSpec valid;
+  valid.spec.path = ssr::Path::sinkhorn;
+  test::Routed<float> out(m, n, 2);
+  CHECK(test::Router<GivenSpec, float>(valid).route({s.data(), m, n}, Context::train(0), out.outputs()).converged);
+}
+
+#if !defined(SSR_TEST_CUDA)  // the host backends' threads; the CUDA backend's communicators take device streams
+TEST_CASE("a communicator that fails during a solve makes the call throw, on any number of threads", "[errors]") {
+  const index_t m = index_t{1} << 15, n = 8;  // enough elements for the CPU backend to use two threads
+  const auto s = test::random_logits<float>(m, n, 1.0, 2);
+  const FailingSums failing;
+  for (const int threads : {1, 2}) {
+    test::Router<ssr::SinkhornTopK, float> router(ssr::SinkhornTopK(2), threads);
+    test::Routed<float> out(m, n, 2);
+    using Options = test::Router<ssr::SinkhornTopK, float>::options_type;
+    CHECK_THROWS_AS(router.route({s.data(), m, n}, Context::train(0), out.outputs(), Options().across(failing)),
+                    ssr::RuntimeError);
+    CHECK(router.route({s.data(), m, n}, Context::train(0), out.outputs()).converged);  // and the next call works
+  }
+}
+#endif
 
 TEST_CASE("invalid policy parameters are rejected at construction, naming the value", "[errors]") {
   using ssr::SinkhornTopK;
@@ -161,4 +229,9 @@ TEST_CASE("shapes whose sizes would overflow 64 bits are rejected before anythin
   CHECK(e == -7);
   REQUIRE_THROWS_WITH(router.inner().route({&one, 4, 8, index_t{1} << 62}, Context::train(0), {{&e, 4, 2}, {&one, 4, 2}}),
                       Contains("spans more than 2^56 elements"));
+  // 2^31 rows whose load is counted: an expert's int32 count could overflow.
+  const index_t rows = index_t{1} << 31;
+  REQUIRE_THROWS_WITH(router.inner().route({&one, rows, 8}, Context::train(0), {{&e, rows, 2}, {&one, rows, 2}, {&e, 8}}),
+                      Contains("must be at most 2^31 - 1 when the call counts the load"));
+  CHECK(e == -7);
 }

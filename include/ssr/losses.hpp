@@ -44,14 +44,12 @@ void require_loss_input(ConstMatrixView<T> logits, MatrixView<T> grad) {
 }  // namespace detail
 
 namespace detail {
-// The normalised scores of one row, p_j = s(S_j) / sum_l s(S_l) (the softmax for softmax scores), in double.
+// The normalised scores of one row, p_j = s(S_j) / sum_l s(S_l) (the softmax for softmax scores), in double:
+// the softmax of log s, as score weights take it, finite where every sigmoid of a row underflows.
 template <class T>
 void normalised_scores(const T* s, index_t n, Score score, double* p) {
-  const auto logit = [s](index_t j) { return static_cast<double>(s[j]); };
-  const math::CostShift shift = math::score_shift(n, score, logit);
-  double sum = 0;
-  for (index_t j = 0; j < n; ++j) sum += (p[j] = math::score_value(score, logit(j), shift));
-  for (index_t j = 0; j < n; ++j) p[j] /= sum;
+  for (index_t j = 0; j < n; ++j) p[j] = math::log_score(score, static_cast<double>(s[j]));
+  softmax_row(p, n, p);  // in place: each element is read before it is written
 }
 
 // The term every balancing loss is made of, over rows [begin, end): sum_i sum_j f_j p_ij, f a constant.
@@ -93,9 +91,9 @@ inline std::vector<double> expert_counts(ConstMatrixView<std::int32_t> experts, 
 
 template <class T>
 void require_experts(ConstMatrixView<T> logits, ConstMatrixView<std::int32_t> experts) {
-  require_shape(experts, "experts", logits.rows, experts.cols);
   require(experts.cols >= 1 && experts.cols <= logits.cols, "experts.cols", experts.cols,
           "must be in [1, n = ", logits.cols, "]");
+  require_shape(experts, "experts", logits.rows, experts.cols);
 }
 }  // namespace detail
 

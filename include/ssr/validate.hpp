@@ -2,10 +2,12 @@
 // and the error a backend raises when its scan finds a non-finite value.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "ssr/error.hpp"
 #include "ssr/math/numeric.hpp"
+#include "ssr/math/select.hpp"
 #include "ssr/spec.hpp"
 #include "ssr/view.hpp"
 
@@ -22,8 +24,9 @@ void require_shape(const MatrixView<T>& v, const char* name, index_t rows, index
   if (v.rows != rows || v.cols != cols) fail(name, " has shape ", v.rows, "x", v.cols, ", expected ", rows, "x", cols);
   if (v.stride < v.cols) fail("invalid ", name, ".stride = ", v.stride, ": must be at least its column count ", v.cols);
   // Every size a call derives from a shape (elements, bytes, workspace of a few doubles per element)
-  // stays within 64 bits: larger views are rejected here, before anything is allocated.
-  if (v.rows > max_view_elements / v.stride)
+  // stays within 64 bits: larger views are rejected here, before anything is allocated. A view of no
+  // columns may have stride 0 and spans nothing.
+  if (v.stride > 0 && v.rows > max_view_elements / v.stride)
     fail(name, " of ", v.rows, "x", v.cols, " (stride ", v.stride, ") spans more than 2^56 elements");
 }
 
@@ -31,6 +34,37 @@ template <class T>
 void require_size(const VectorView<T>& v, const char* name, index_t size) {
   if (v.data == nullptr) fail(name, " is null");
   if (v.size != size) fail(name, " has size ", v.size, ", expected ", size);
+}
+
+// The counts of a selection; what depends on the number of experts is checked per call.
+inline void validate(const Selection& s) {
+  require(s.n_groups >= 1 && s.n_groups <= math::max_groups, "n_groups", s.n_groups, "must be in [1, ",
+          math::max_groups, "]");
+  require(s.topk_groups >= 1 && s.topk_groups <= s.n_groups, "topk_groups", s.topk_groups,
+          "must be in [1, n_groups = ", s.n_groups, "]");
+}
+
+inline void validate(const SinkhornParams& p) {
+  require(std::isfinite(p.xi) && p.xi > 0, "xi", p.xi, "must be finite and > 0");
+  require(std::isfinite(p.tol) && p.tol > 0, "tol", p.tol, "must be finite and > 0");
+  require(p.max_iters >= 1, "max_iters", p.max_iters, "must be at least 1");
+}
+
+// What every spec must hold, whichever policy resolved it: the built-in policies validate these once, but
+// a policy of the caller's own is only known by the specs it resolves.
+inline void validate_spec(const RouteSpec& spec) {
+  require(spec.k >= 1, "k", spec.k, "must be at least 1");
+  validate(spec.select);
+  require(std::isfinite(spec.noise_alpha) && spec.noise_alpha >= 0, "alpha", spec.noise_alpha,
+          "must be finite and >= 0");
+  require(std::isfinite(spec.noise_sigma) && spec.noise_sigma > 0, "sigma", spec.noise_sigma, "must be finite and > 0");
+  if (spec.path == Path::sinkhorn) {
+    validate(spec.sinkhorn);
+    require(!spec.select.grouped(), "topk_groups", spec.select.topk_groups,
+            "must equal n_groups = ", spec.select.n_groups, " on the Sinkhorn path");
+  } else if (spec.noisy() && (spec.select.score != Score::softmax || spec.select.grouped())) {
+    fail("invalid alpha = ", spec.noise_alpha, ": cost noise needs softmax scores without groups");
+  }
 }
 
 // What a selection needs of the n experts of a call and its expert bias (the context's, size checked).
@@ -54,6 +88,7 @@ void validate_route(const RouteSpec& spec, VectorView<const float> bias, ConstMa
                     const RouteOutputs<T>& out) {
   const index_t m = logits.rows, n = logits.cols;
   const int k = spec.k;
+  validate_spec(spec);
   require(n >= 1, "logits.cols", n, "must be at least 1 (the number of experts)");
   require(m >= 0, "logits.rows", m, "must be >= 0");
   require(k <= n, "k", k, "must be at most the number of experts n = ", n);
@@ -65,7 +100,11 @@ void validate_route(const RouteSpec& spec, VectorView<const float> bias, ConstMa
     if (!out.plan.empty()) require_shape(out.plan, "plan", m, n);
     if (!out.noise.empty()) require_shape(out.noise, "noise", m, n);
   }
-  if (!out.load.empty()) require_size(out.load, "load", n);
+  if (!out.load.empty()) {
+    require_size(out.load, "load", n);
+    // An expert takes each token at most once: int32 counts hold any load of up to 2^31 - 1 tokens.
+    require(m <= INT32_MAX, "logits.rows", m, "must be at most 2^31 - 1 when the call counts the load");
+  }
 }
 
 // True when the backward of this call's weights reads the logits: sigmoid score weights.

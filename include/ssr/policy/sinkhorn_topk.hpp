@@ -4,22 +4,12 @@
 // in training, and group-limited top-k, a rule of score-based selection, is rejected.
 #pragma once
 
-#include <cmath>
-
 #include "ssr/context.hpp"
 #include "ssr/error.hpp"
 #include "ssr/policy/softmax_topk.hpp"
 #include "ssr/spec.hpp"
 
 namespace ssr {
-
-namespace detail {
-inline void validate(const SinkhornParams& p) {
-  require(std::isfinite(p.xi) && p.xi > 0, "xi", p.xi, "must be finite and > 0");
-  require(std::isfinite(p.tol) && p.tol > 0, "tol", p.tol, "must be finite and > 0");
-  require(p.max_iters >= 1, "max_iters", p.max_iters, "must be at least 1");
-}
-}  // namespace detail
 
 struct SinkhornTopK {
   int k = 2;

@@ -2,24 +2,12 @@
 // Selection, T_i = the top-k of s(S_i) + b among the best groups and w_ij = s(S_ij) / sum over T_i.
 #pragma once
 
-#include <cmath>
-
 #include "ssr/context.hpp"
 #include "ssr/error.hpp"
-#include "ssr/math/select.hpp"
 #include "ssr/spec.hpp"
+#include "ssr/validate.hpp"
 
 namespace ssr {
-
-namespace detail {
-// The counts of a selection; what depends on the number of experts is checked per call.
-inline void validate(const Selection& s) {
-  require(s.n_groups >= 1 && s.n_groups <= math::max_groups, "n_groups", s.n_groups, "must be in [1, ",
-          math::max_groups, "]");
-  require(s.topk_groups >= 1 && s.topk_groups <= s.n_groups, "topk_groups", s.topk_groups,
-          "must be in [1, n_groups = ", s.n_groups, "]");
-}
-}  // namespace detail
 
 struct SoftmaxTopK {
   int k = 2;

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <limits>
 
 #include "ssr/backend/cpu/isa.hpp"
@@ -73,14 +74,20 @@ class Sinkhorn {
         // The calling thread alone adds the sums and talks to other ranks (MPI_THREAD_FUNNELED suffices);
         // the barrier after it is the one `single` would have had.
         SSR_OMP(master)
-        update(x);
+        try {
+          update(x);
+        } catch (...) {  // a communicator's error: it stops every thread, and the solve rethrows it
+          x.failure = std::current_exception();
+          x.done = true;
+        }
         SSR_OMP(barrier)
         if (x.done) break;
         if (x.absorb) absorb(x);
         pass(x);
       }
-      finish(x);
+      if (!x.failure) finish(x);
     });
+    if (x.failure) std::rethrow_exception(x.failure);
     info.set(SolveStats{x.iterations, math::converged(x.err, spec.sinkhorn) ? 1 : 0, x.err});
   }
 
@@ -98,6 +105,7 @@ class Sinkhorn {
     bool done = false, absorb = false;
     int iterations = 0;
     double err = 0;
+    std::exception_ptr failure{};  // nothing may be thrown out of a parallel region
   };
 
   // The calling thread's blocks, and the tiles [t0, t1) of block blk.
