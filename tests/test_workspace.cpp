@@ -57,6 +57,20 @@ TEST_CASE("a workspace smaller than the call needs is rejected before anything i
   CHECK(out.experts == std::vector<std::int32_t>(m * k, -7));
 }
 
+TEST_CASE("a workspace query checks its sizes as a call does", "[workspace][errors]") {
+  test::Router<ssr::SSRPolicy, float> router(ssr::make_ssr(2, ssr::Cost::linear, 0.5));
+  for (const Context& ctx : {Context::train(0), Context::eval()}) {
+    CHECK_THROWS_WITH(router.inner().workspace_bytes(10, 0, ctx), Contains("logits.cols = 0"));
+    CHECK_THROWS_WITH(router.inner().workspace_bytes(-1, 4, ctx), Contains("logits.rows = -1"));
+    CHECK_THROWS_WITH(router.inner().workspace_bytes(index_t{1} << 60, 4, ctx), Contains("span more than 2^56 elements"));
+  }
+  CHECK_THROWS_WITH(router.inner().workspace_bytes(10, 0), Contains("logits.cols = 0"));
+  CHECK_NOTHROW(router.inner().workspace_bytes(0, 4));
+  ssr::RouteSpec spec = router.inner().resolve(Context::train(0));
+  spec.path = ssr::Path::sinkhorn;  // whose layout divides by n
+  CHECK_THROWS_WITH(router.backend().workspace_bytes(spec, 10, 0), Contains("logits.cols = 0"));
+}
+
 TEST_CASE("the backend's own workspace grows once and is reused", "[workspace]") {
   const index_t m = 3000, n = 16, k = 2;
   const auto s = test::random_logits<float>(m, n, 1.0, 5);

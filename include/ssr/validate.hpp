@@ -30,6 +30,14 @@ void require_shape(const MatrixView<T>& v, const char* name, index_t rows, index
     fail(name, " of ", v.rows, "x", v.cols, " (stride ", v.stride, ") spans more than 2^56 elements");
 }
 
+// The sizes of a call's m x n logits, also what a workspace query takes: at least one expert, and no more
+// elements than a view may span.
+inline void validate_sizes(index_t m, index_t n) {
+  require(n >= 1, "logits.cols", n, "must be at least 1 (the number of experts)");
+  require(m >= 0, "logits.rows", m, "must be >= 0");
+  if (m > max_view_elements / n) fail("logits of ", m, "x", n, " span more than 2^56 elements");
+}
+
 template <class T>
 void require_size(const VectorView<T>& v, const char* name, index_t size) {
   if (v.data == nullptr) fail(name, " is null");
@@ -62,8 +70,12 @@ inline void validate_spec(const RouteSpec& spec) {
     validate(spec.sinkhorn);
     require(!spec.select.grouped(), "topk_groups", spec.select.topk_groups,
             "must equal n_groups = ", spec.select.n_groups, " on the Sinkhorn path");
-  } else if (spec.noisy() && (spec.select.score != Score::softmax || spec.select.grouped())) {
-    fail("invalid alpha = ", spec.noise_alpha, ": cost noise needs softmax scores without groups");
+  } else if (spec.noisy() && !spec.plain_selection(nullptr)) {
+    // The noise perturbs the cost the softmax path ranks; a selection by sigmoid scores or groups ranks
+    // no cost (with an expert bias, checked per call: validate_selection).
+    fail("invalid alpha = ", spec.noise_alpha,
+         ": cost noise needs softmax scores without groups (score = ", to_string(spec.select.score),
+         ", n_groups = ", spec.select.n_groups, ", topk_groups = ", spec.select.topk_groups, ")");
   }
 }
 
@@ -89,8 +101,7 @@ void validate_route(const RouteSpec& spec, VectorView<const float> bias, ConstMa
   const index_t m = logits.rows, n = logits.cols;
   const int k = spec.k;
   validate_spec(spec);
-  require(n >= 1, "logits.cols", n, "must be at least 1 (the number of experts)");
-  require(m >= 0, "logits.rows", m, "must be >= 0");
+  validate_sizes(m, n);
   require(k <= n, "k", k, "must be at most the number of experts n = ", n);
   validate_selection(spec, n, bias);
   if (m > 0) {

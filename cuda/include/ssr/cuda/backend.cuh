@@ -33,6 +33,7 @@
 #include "ssr/detail/workspace.hpp"
 #include "ssr/math/sinkhorn.hpp"
 #include "ssr/spec.hpp"
+#include "ssr/validate.hpp"
 #include "ssr/view.hpp"
 
 namespace ssr {
@@ -54,6 +55,7 @@ class CudaBackend {
 
   // Bytes of device workspace a call of this spec and shape uses, backward's included.
   std::size_t workspace_bytes(const RouteSpec& spec, index_t m, index_t n) const {
+    detail::validate_sizes(m, n);  // a layout divides by n
     detail::Carve c;
     layout(c, spec, m, n);
     return c.bytes();

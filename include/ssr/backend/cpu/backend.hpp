@@ -56,6 +56,7 @@ class CpuBackend {
 
   // Bytes of workspace a call of this spec and shape uses (for CallOptions::workspace).
   std::size_t workspace_bytes(const RouteSpec& spec, index_t m, index_t n) const {
+    detail::validate_sizes(m, n);  // a layout divides by n
     detail::Carve c;
     layout(c, spec, m, n);
     return c.bytes();

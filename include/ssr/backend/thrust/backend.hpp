@@ -53,6 +53,7 @@ class ThrustBackend {
 
   // Bytes of workspace (memory of the device system) a call of this spec and shape uses.
   std::size_t workspace_bytes(const RouteSpec& spec, index_t m, index_t n) const {
+    detail::validate_sizes(m, n);  // a layout divides by n
     detail::Carve c;
     layout(c, spec, m, n);
     return c.bytes();
