@@ -2,7 +2,7 @@
 // and the checks every kernel makes, written once for the CPU and CUDA kernels.
 #pragma once
 
-#include <ATen/core/Tensor.h>
+#include <ATen/ATen.h>
 #include <ssr/named.hpp>
 #include <ssr/spec.hpp>
 #include <torch/library.h>
@@ -31,7 +31,7 @@ struct RouteArgs {
   ssr::SSRPolicy policy_value() const {
     TORCH_CHECK(max_iters >= 1 && max_iters <= INT32_MAX, "ssr.route: invalid max_iters = ", max_iters,
                 ": must be in [1, 2^31)");
-    TORCH_CHECK(k >= 1 && k <= INT32_MAX, "ssr.route: invalid k = ", k, ": must be at least 1");
+    TORCH_CHECK(k >= 1 && k <= INT32_MAX, "ssr.route: invalid k = ", k, ": must be in [1, 2^31)");
     ssr::RouterConfig config;
     config.router = policy;
     config.k = static_cast<int>(k);
@@ -41,9 +41,9 @@ struct RouteArgs {
     config.p = p;
     config.noise_alpha = noise_alpha;
     config.noise_sigma = noise_sigma;
-    TORCH_CHECK(n_groups >= 1 && n_groups <= INT32_MAX, "ssr.route: invalid n_groups = ", n_groups, ": must be at least 1");
+    TORCH_CHECK(n_groups >= 1 && n_groups <= INT32_MAX, "ssr.route: invalid n_groups = ", n_groups, ": must be in [1, 2^31)");
     TORCH_CHECK(topk_groups >= 1 && topk_groups <= INT32_MAX, "ssr.route: invalid topk_groups = ", topk_groups,
-                ": must be at least 1");
+                ": must be in [1, 2^31)");
     config.select = {ssr::parse_score(score), static_cast<int>(n_groups), static_cast<int>(topk_groups)};
     return ssr::make_policy(config);
   }
@@ -77,6 +77,8 @@ struct RouteArgs {
     TORCH_CHECK(b.dim() == 1 && b.is_contiguous(), "ssr.route: expert_bias must be a contiguous 1-d tensor");
     TORCH_CHECK(b.device() == logits.device(), "ssr.route: expert_bias is on ", b.device(), ", the logits on ",
                 logits.device());
+    // Its values on the CPU, as the logits are checked there (on a GPU the check would wait for it).
+    if (b.device().is_cpu()) TORCH_CHECK(at::isfinite(b).all().item<bool>(), "ssr.route: expert_bias must be finite");
   }
 };
 
@@ -108,6 +110,14 @@ inline void check_backward_args(const at::Tensor& grad_weights, const at::Tensor
   const bool alike = experts.device() == weights.device() && grad_weights.device() == weights.device() &&
                      (!logits.has_value() || logits->device() == weights.device());
   TORCH_CHECK(alike, "ssr.route_backward: every tensor must be on the weights' device, ", weights.device());
+}
+
+// experts (int32 or int64) within [0, n): a kernel that reads by them stays inside its tensors.
+inline void check_experts_in_range(const at::Tensor& experts, int64_t n, const char* op) {
+  if (experts.numel() == 0) return;
+  const auto [low, high] = experts.aminmax();
+  TORCH_CHECK(low.item<int64_t>() >= 0 && high.item<int64_t>() < n, op, ": experts must lie in [0, ", n, "), got ",
+              low.item<int64_t>(), " to ", high.item<int64_t>());
 }
 
 // The info tensor: [took the Sinkhorn path, weights pass gradient, iterations, marginal error].

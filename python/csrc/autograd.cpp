@@ -5,6 +5,7 @@
 // rows (docs/pytorch.md, Overhead of the operator). torch.compile traces it through the fake kernels of
 // ssr_torch/_ops.py.
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
 #include <torch/torch.h>
 
@@ -105,4 +106,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> route_autograd(const Tensor& logits, 
 }  // namespace
 }  // namespace ssr_torch
 
-TORCH_LIBRARY_IMPL(ssr, Autograd, m) { m.impl("route", &ssr_torch::route_autograd); }
+TORCH_LIBRARY_IMPL(ssr, Autograd, m) {
+  m.impl("route", &ssr_torch::route_autograd);
+  // The gradient is differentiable once: a second derivative (create_graph=True, then backward again)
+  // raises rather than reading as zero.
+  m.impl("route_backward", torch::autograd::autogradNotImplementedFallback());
+}

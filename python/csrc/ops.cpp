@@ -104,7 +104,9 @@ void backward_on_cpu(const Tensor& g, const Tensor& e, const Tensor& w, const Te
   args.weights = {w.data_ptr<T>(), m, k};
   args.grad_weights = {g.data_ptr<T>(), m, k};
   args.grad_logits = {grad.data_ptr<T>(), m, n};
-  ssr::backward(backend, info, args);
+  // Unchecked, as on a GPU: a non-finite upstream gradient flows on as torch's own operators pass it (a
+  // gradient scaler reads it as an overflow); the experts were checked by the caller.
+  ssr::backward(backend, info, args, ssr::CallOptions<ssr::HostStream>{}.unchecked());
 }
 
 Tensor route_backward_cpu(const Tensor& grad_weights, const Tensor& experts, const Tensor& weights, int64_t n,
@@ -112,6 +114,7 @@ Tensor route_backward_cpu(const Tensor& grad_weights, const Tensor& experts, con
                           const c10::optional<Tensor>& logits) {
   check_backward_args(grad_weights, experts, weights, n, logits);
   const Tensor g = grad_weights.contiguous().to(weights.scalar_type()), e = experts.contiguous(), w = weights.contiguous();
+  check_experts_in_range(e, n, "ssr.route_backward");
   // Sigmoid score weights read the logits, in the weights' type.
   const Tensor s = logits.has_value() ? logits->contiguous().to(weights.scalar_type()) : Tensor();
   ssr::RouteInfo route_info;

@@ -6,6 +6,7 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 #include <torch/torch.h>
+#include <ssr/backend/cpu.hpp>
 #include <ssr/detail/scalar.hpp>
 #include <ssr/math/weights.hpp>
 #include <ssr/named.hpp>
@@ -13,6 +14,8 @@
 
 #include <cstdint>
 #include <string>
+
+#include "args.hpp"
 
 namespace ssr_torch {
 namespace {
@@ -45,14 +48,15 @@ Tensor replay_weights_cpu(const Tensor& logits, const Tensor& experts, std::stri
   const int64_t m = logits.size(0), n = logits.size(1), k = experts.size(1);
   TORCH_CHECK(k >= 1 && k <= n, "ssr.replay_weights: k = ", k, " experts a token, of ", n);
   const Tensor s = logits.contiguous(), e = experts.contiguous();
-  if (m > 0) {
-    const auto [low, high] = e.aminmax();
-    TORCH_CHECK(low.item<int64_t>() >= 0 && high.item<int64_t>() < n, "ssr.replay_weights: experts must lie in [0, ", n,
-                "), got ", low.item<int64_t>(), " to ", high.item<int64_t>());
-  }
+  check_experts_in_range(e, n, "ssr.replay_weights");
   ssr::Score route_score{};
   try {
     route_score = ssr::parse_score(score);
+    // The CPU backend's scan, as a routing call's: a replayed call rejects what the recorded one would have.
+    if (m > 0)
+      AT_DISPATCH_FLOATING_TYPES(s.scalar_type(), "ssr.replay_weights", [&] {
+        ssr::CpuBackend<scalar_t>(at::get_num_threads()).check_finite({s.data_ptr<scalar_t>(), m, n}, {});
+      });
   } catch (const ssr::Error& err) {
     TORCH_CHECK(false, err.what());
   }

@@ -1,5 +1,7 @@
 """The balancing losses SSR is compared with, as differentiable functions of the gating logits, and the
 expert-bias update of auxiliary-loss-free balancing (the formulas of ssr/losses.hpp and ssr/expert_bias.hpp)."""
+import math
+
 import torch
 import torch.distributed as dist
 
@@ -25,8 +27,15 @@ def normalised_scores(logits, score="softmax"):
                          f"{logits.dtype}")
     if score == "softmax":
         return torch.softmax(logits, dim=1)
-    s = torch.sigmoid(logits)
-    return s / s.sum(dim=1, keepdim=True)
+    # The softmax of log s: finite where every sigmoid of a row underflows (ssr/losses.hpp's form).
+    return torch.softmax(torch.nn.functional.logsigmoid(logits), dim=1)
+
+
+def _check_logits(logits, name):
+    # The losses average over the tokens: m x n floating logits with at least one token and one expert.
+    if logits.dim() != 2 or not logits.is_floating_point() or logits.shape[0] < 1 or logits.shape[1] < 1:
+        raise ValueError(f"ssr_torch.{name}: logits must be m x n floating with m, n >= 1, got "
+                         f"{tuple(logits.shape)} {logits.dtype}")
 
 
 def _share_dtype(logits):
@@ -81,7 +90,8 @@ def load_balancing_loss(logits, experts, score="softmax"):
 
     logits: m x n floating; experts: m x k integer indices in [0, n) (a Router's or top-k's). Returns a
     0-d tensor of the logits' dtype and device, 1 for uniform scores and assignments, differentiable with
-    respect to the logits. Raises ValueError for an unknown score."""
+    respect to the logits. Raises ValueError for an unknown score or logits not m x n with m, n >= 1."""
+    _check_logits(logits, "load_balancing_loss")
     m, n = logits.shape
     f = torch.bincount(experts.reshape(-1).long(), minlength=n).to(_share_dtype(logits)) / experts.numel()
     return n * (f.to(logits.dtype) * normalised_scores(logits, score).mean(0)).sum()
@@ -95,12 +105,14 @@ def global_load_balancing_loss(logits, counts, tokens, k, score="softmax", group
     logits: m x n floating; counts: n assignment counts (any integer dtype, e.g. the sum of Router.load
     over micro-batches); tokens: the tokens they count (an int). Returns a 0-d tensor of the logits' dtype
     and device, differentiable with respect to the logits. Raises ValueError when counts has not n entries,
-    the logits are not 2-d or the score is unknown; with group, every rank of it must call, and an error on
-    one rank (or counts of different lengths) raises on every rank."""
+    the logits are not m x n with m, n >= 1, the score is unknown, tokens < 0 or, summed (on the host),
+    under 1; with group, every rank of it must call (each with at least one token), and an error on one
+    rank (or counts of different lengths) raises on every rank."""
     def prepare():
         _check_score(score)
-        if logits.dim() != 2:
-            raise ValueError(f"ssr_torch.global_load_balancing_loss: logits must be m x n, got {tuple(logits.shape)}")
+        _check_logits(logits, "global_load_balancing_loss")
+        if tokens < 0:
+            raise ValueError(f"ssr_torch.global_load_balancing_loss: invalid tokens = {tokens}: must be >= 0")
         if counts.numel() != logits.shape[1]:
             raise ValueError(f"ssr_torch.global_load_balancing_loss: counts has {counts.numel()} entries, expected "
                              f"{logits.shape[1]}")
@@ -111,6 +123,11 @@ def global_load_balancing_loss(logits, counts, tokens, k, score="softmax", group
     n = logits.shape[1]
     if group is not None:
         dist.all_reduce(totals, group=group)
+    # The batch's tokens where known without waiting for a GPU (an NCCL group's sum of none gives NaN).
+    counted = tokens if group is None else int(totals[n]) if totals.device.type == "cpu" else None
+    if counted is not None and counted < 1:
+        raise ValueError(f"ssr_torch.global_load_balancing_loss: invalid tokens = {counted} summed over the "
+                         "batch: must be at least 1")
     f = totals[:n].to(_share_dtype(logits)) / (k * totals[n].to(_share_dtype(logits)))
     return n * (f.to(logits.dtype).to(logits.device) * normalised_scores(logits, score).mean(0)).sum()
 
@@ -122,7 +139,9 @@ def sequence_balance_loss(logits, experts, seq_len, alpha, score="softmax"):
 
     logits: m x n floating, m a multiple of seq_len; experts: m x k integer indices in [0, n). Returns a
     0-d tensor of the logits' dtype and device, differentiable with respect to the logits. Raises
-    ValueError when seq_len does not divide m or the score is unknown."""
+    ValueError when seq_len does not divide m, the logits are not m x n with m, n >= 1 or the score is
+    unknown."""
+    _check_logits(logits, "sequence_balance_loss")
     m, n = logits.shape
     k = experts.shape[1]
     if seq_len < 1 or m % seq_len:
@@ -139,7 +158,8 @@ def z_loss(logits):
     """ST-MoE router z-loss: mean_i (logsumexp_j S_ij)^2.
 
     logits: m x n floating. Returns a 0-d tensor of the logits' dtype and device, differentiable with
-    respect to them."""
+    respect to them. Raises ValueError for logits not m x n with m, n >= 1."""
+    _check_logits(logits, "z_loss")
     return torch.logsumexp(logits, dim=1).square().mean()
 
 
@@ -150,12 +170,12 @@ def update_expert_bias(bias, load, rate, group=None):
     integer arithmetic: every rank makes the same update. Without group nothing waits for the host.
 
     bias: n floating values (a Router's float32 `expert_bias`), updated in place; load: n integer counts
-    (Router.load), on any device. Returns bias. Raises ValueError for rate < 0 or when load and bias
-    differ in size; with group, every rank of it must call, and an error on one rank (or loads of different
-    lengths) raises on every rank."""
+    (Router.load), on any device. Returns bias. Raises ValueError for a rate not finite and >= 0 or when
+    load and bias differ in size; with group, every rank of it must call, and an error on one rank (or
+    loads of different lengths) raises on every rank."""
     def prepare():
-        if rate < 0:
-            raise ValueError(f"ssr_torch.update_expert_bias: invalid rate = {rate}: must be >= 0")
+        if not 0 <= rate < math.inf:
+            raise ValueError(f"ssr_torch.update_expert_bias: invalid rate = {rate}: must be finite and >= 0")
         if load.numel() != bias.numel():
             raise ValueError(f"ssr_torch.update_expert_bias: load has {load.numel()} entries, bias {bias.numel()}")
         return load.reshape(-1).to(torch.int64, copy=True)

@@ -1,4 +1,5 @@
 """ssr_torch.Router: an nn.Module that routes gating logits with any of the library's routers by name."""
+import math
 import warnings
 
 import torch
@@ -51,7 +52,7 @@ class Router(torch.nn.Module):
     The selection rules of today's engines (docs/routers.md): score "sigmoid" (DeepSeek-V3) instead of
     "softmax"; group-limited top-k over n_groups equal groups of experts, keeping topk_groups; and with
     expert_bias=True (n_experts needed) a float32 buffer `expert_bias` added to the scores when the softmax
-    path selects. With bias_update_rate > 0 each training call moves it toward balance
+    path selects. With bias_update_rate > 0 each training call that routes with it moves it toward balance
     (ssr_torch.update_expert_bias, loads summed over group, where a call that fails on one rank raises on
     every rank); with 0 the caller updates it, e.g. once per
     optimizer step from the loads of its micro-batches.
@@ -75,23 +76,38 @@ class Router(torch.nn.Module):
         if bias_update_rate and not expert_bias:
             raise ValueError("ssr_torch.Router: bias_update_rate needs expert_bias=True")
         for name, value, ok, rule in (("k", k, k >= 1, "must be at least 1"),
-                                      ("xi", xi, xi > 0, "must be > 0"), ("tol", tol, tol > 0, "must be > 0"),
+                                      ("xi", xi, 0 < xi < math.inf, "must be finite and > 0"),
+                                      ("tol", tol, 0 < tol < math.inf, "must be finite and > 0"),
                                       ("max_iters", max_iters, max_iters >= 1, "must be at least 1"),
                                       ("p", p, 0 <= p <= 1, "must be in [0, 1]"),
-                                      ("noise_alpha", noise_alpha, noise_alpha >= 0, "must be >= 0"),
-                                      ("noise_sigma", noise_sigma, noise_sigma > 0, "must be > 0"),
+                                      ("noise_alpha", noise_alpha, 0 <= noise_alpha < math.inf,
+                                       "must be finite and >= 0"),
+                                      ("noise_sigma", noise_sigma, 0 < noise_sigma < math.inf,
+                                       "must be finite and > 0"),
                                       ("seed", seed, 0 <= seed < 2 ** 32, "must be in [0, 2^32)"),
                                       ("layer", layer, 0 <= layer < 2 ** 32, "must be in [0, 2^32)"),
                                       ("n_groups", n_groups, n_groups >= 1, "must be at least 1"),
                                       ("topk_groups", topk_groups, 1 <= topk_groups <= n_groups,
                                        "must be in [1, n_groups]"),
-                                      ("bias_update_rate", bias_update_rate, bias_update_rate >= 0, "must be >= 0")):
+                                      ("bias_update_rate", bias_update_rate, 0 <= bias_update_rate < math.inf,
+                                       "must be finite and >= 0")):
             if not ok:
                 raise ValueError(f"ssr_torch.Router: invalid {name} = {value}: {rule}")
         if topk_groups < n_groups and router != "softmax" and not (router in ("ssr", "selective") and p == 0):
             raise ValueError(f"ssr_torch.Router: group-limited top-k (topk_groups = {topk_groups} < n_groups = "
                              f"{n_groups}) needs router 'softmax' (or 'ssr' with p = 0): the Sinkhorn path selects "
                              "by its plan")
+        # Cost noise perturbs the cost that the softmax path ranks; sigmoid scores, groups and an expert bias
+        # rank another quantity (the library's rule, which would otherwise fail every training call).
+        if noise_alpha > 0 and (score != "softmax" or topk_groups < n_groups):
+            raise ValueError(f"ssr_torch.Router: invalid noise_alpha = {noise_alpha}: cost noise needs softmax "
+                             f"scores without groups (score = {score!r}, n_groups = {n_groups}, "
+                             f"topk_groups = {topk_groups})")
+        softmax_in_training = router == "softmax" or (router in ("ssr", "selective") and p < 1)
+        if noise_alpha > 0 and expert_bias and softmax_in_training:
+            raise ValueError(f"ssr_torch.Router: invalid noise_alpha = {noise_alpha} with expert_bias=True: cost "
+                             "noise perturbs the ranking of the logits, an expert bias that of the scores; use one "
+                             "of them")
         self.router, self.k, self.cost, self.weights = router, int(k), cost, weights
         self.xi, self.tol, self.max_iters, self.p = float(xi), float(tol), int(max_iters), float(p)
         self.noise_alpha, self.noise_sigma = float(noise_alpha), float(noise_sigma)
@@ -148,7 +164,7 @@ class Router(torch.nn.Module):
             self.info = torch.zeros(4, dtype=torch.float64, device=logits.device)
             self.info[1] = 1  # softmax-path weights: they pass gradient
             return experts, weights
-        updates_bias = self.training and self.bias_update_rate > 0 and not recompute
+        updates_bias = self.training and self.bias_update_rate > 0 and not recompute and expert_bias is None
         try:
             row = self.group_rank * logits.shape[0] if first_row is None else first_row
             experts, weights, load, info = route(logits, self.router, self.k, self.cost, self.xi, self.tol,

@@ -103,6 +103,7 @@ def test_float32_weights_and_first_row():
     (("sinkorn", 2), "router = sinkorn"),
     (("sinkhorn", 2, "linear", 0.5, 1e-4, 100, "plans"), "weights = plans"),
     (("softmax", 5), "k = 5"),
+    (("softmax", 2 ** 33), r"k = 8589934592: must be in \[1, 2\^31\)"),
 ])
 def test_bad_arguments_name_themselves(args, message):
     with pytest.raises(RuntimeError, match=message):
@@ -134,6 +135,33 @@ def test_route_backward_rejects_tensors_that_do_not_match_the_experts():
         backward(half, experts.long(), half, 4, True)
     with pytest.raises(RuntimeError, match="n = 0"):
         backward(half, experts, half, 0, True)
+    with pytest.raises(RuntimeError, match=r"experts must lie in \[0, 4\), got 0 to 4"):
+        backward(half, experts.index_fill(0, torch.tensor([7]), 4), half, 4, True)
+
+
+def test_logits_of_no_experts_raise_on_every_path():
+    for policy in ("softmax", "sinkhorn", "ssr"):
+        with pytest.raises(RuntimeError, match="logits.cols = 0"):
+            route(torch.zeros(5, 0), policy, 1)
+
+
+def test_a_non_finite_upstream_gradient_flows_on_as_torch_passes_it():
+    # Score weights pass it into the logits' gradient (a gradient scaler reads it as an overflow); plan
+    # weights pass no gradient at all.
+    up = torch.tensor([float("inf"), 1.0], dtype=torch.float64)
+    for policy, weights, passes in (("softmax", "plan", True), ("sinkhorn", "scores", True),
+                                    ("sinkhorn", "plan", False)):
+        x = make_logits(16, 4, 2).requires_grad_()
+        (route(x, policy, 2, weights=weights)[1] * up).sum().backward()
+        assert (not torch.isfinite(x.grad).all()) if passes else torch.equal(x.grad, torch.zeros_like(x))
+
+
+def test_a_second_derivative_raises_rather_than_reading_as_zero():
+    x = make_logits(10, 4, 3).requires_grad_()
+    for weights in (route(x, "softmax", 2)[1], torch.ops.ssr.replay_weights(x, torch.tensor([[0, 1]] * 10))):
+        (g,) = torch.autograd.grad((weights ** 2).sum(), x, create_graph=True)
+        with pytest.raises(RuntimeError, match="not implemented"):
+            g.sum().backward()
 
 
 @pytest.mark.parametrize("score", ["softmax", "sigmoid"])

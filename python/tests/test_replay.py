@@ -146,6 +146,10 @@ def test_misuse_is_named():
             torch.zeros(4, 2, dtype=torch.int64), None)
     with pytest.raises(RuntimeError, match=r"experts must lie in \[0, 8\)"):
         ssr_torch.replay_weights(make_logits(4, 8, 1), torch.full((4, 2), 8))
+    bad = make_logits(4, 8, 1)
+    bad[2, 5] = float("nan")  # named as a routing call names it, even outside the recorded experts
+    with pytest.raises(RuntimeError, match=r"logits\(2, 5\) = nan: logits must be finite"):
+        ssr_torch.replay_weights(bad, torch.zeros(4, 2, dtype=torch.long))
     with pytest.raises(ValueError, match="no ssr_torch.Router"):
         ssr_torch.attach_replay(torch.nn.Linear(2, 2), tokens=10)
 

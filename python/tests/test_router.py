@@ -120,10 +120,30 @@ def test_selective_router_takes_sinkhorn_with_frequency_p():
 @pytest.mark.parametrize("kwargs, message", [
     ({"router": "balanced"}, "router = 'balanced'"), ({"k": 0}, "k = 0"), ({"p": 2.0}, "p = 2.0"),
     ({"xi": 0.0}, "xi = 0.0"), ({"cost": "cubic"}, "cost = 'cubic'"), ({"noise_sigma": 0}, "noise_sigma = 0"),
+    ({"xi": float("inf")}, "xi = inf"), ({"noise_alpha": float("nan")}, "noise_alpha = nan"),
+    ({"noise_alpha": 0.5, "score": "sigmoid"}, "cost noise needs softmax scores without groups .score = 'sigmoid'"),
+    ({"noise_alpha": 0.5, "n_groups": 4, "topk_groups": 2, "router": "softmax"}, "n_groups = 4, topk_groups = 2"),
+    ({"noise_alpha": 0.5, "expert_bias": True, "n_experts": 8}, "an expert bias that of the scores"),
+    ({"expert_bias": True, "n_experts": 8, "bias_update_rate": float("inf")}, "bias_update_rate = inf"),
 ])
 def test_bad_options_raise_value_error(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ssr_torch.Router(**kwargs)
+
+
+def test_the_options_the_router_accepts_route_in_training_and_evaluation():
+    # What the constructor lets through, every call takes: noise with an expert bias where only the Sinkhorn
+    # path trains (the plan ignores the bias; evaluation adds no noise), noise with sigmoid scores nowhere.
+    s = make_logits(64, 8, 4)
+    for kwargs in ({"router": "sinkhorn", "noise_alpha": 0.5, "expert_bias": True, "n_experts": 8},
+                   {"router": "ssr", "p": 1.0, "noise_alpha": 0.5, "expert_bias": True, "n_experts": 8},
+                   {"router": "softmax", "score": "sigmoid", "n_groups": 4, "topk_groups": 2, "expert_bias": True,
+                    "n_experts": 8}):
+        router = ssr_torch.Router(**kwargs)
+        for training in (True, False):
+            router.train(training)
+            experts, weights = router(s)
+            assert experts.shape == (64, 2) and torch.isfinite(weights).all()
 
 
 class MoE(torch.nn.Module):

@@ -77,6 +77,7 @@ def test_opcheck_with_selection(score):
     (dict(score="softmax", bias=torch.zeros(7)), "expert_bias has size 7, expected 8"),
     (dict(score="softmax", bias=torch.zeros(8, dtype=torch.float64)), "expert_bias must be float32"),
     (dict(score="softmax", bias=torch.zeros(8, 2)[:, 0]), "contiguous 1-d"),
+    (dict(score="sigmoid", bias=torch.full((8,), float("nan"))), "expert_bias must be finite"),
     (dict(score="softmax", n_groups=4, topk_groups=2, policy="ssr"), "Sinkhorn path"),
 ])
 def test_bad_selections_name_themselves(kwargs, message):
@@ -149,12 +150,12 @@ def test_router_with_selection_compiles_without_graph_breaks():
     torch.testing.assert_close(router.expert_bias, eager.expert_bias)
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_balancing_losses_in_half_precision_count_beyond_its_range(dtype):
+def test_balancing_losses_in_float16_count_beyond_its_range():
     # 2^17 tokens of 8 experts, top-2, 70000 assignments to expert 0: it and k * tokens exceed float16's
-    # 65504. With uniform scores every loss is alpha * (the shares' sum) = alpha.
+    # 65504. With uniform scores every loss is alpha * (the shares' sum) = alpha. (bfloat16 holds any count,
+    # and rounds one no more than it rounds the loss itself, so no bfloat16 case could show a count's error.)
     n, k, tokens = 8, 2, 1 << 17
-    logits = torch.zeros(tokens, n, dtype=dtype)
+    logits = torch.zeros(tokens, n, dtype=torch.float16)
     assignments = torch.arange(k * tokens) % (n - 1) + 1
     assignments[:70000] = 0
     experts = assignments.reshape(tokens, k)
@@ -162,6 +163,51 @@ def test_balancing_losses_in_half_precision_count_beyond_its_range(dtype):
     assert ssr_torch.global_load_balancing_loss(logits, counts, tokens, k).item() == pytest.approx(1.0, rel=1e-2)
     assert ssr_torch.load_balancing_loss(logits, experts).item() == pytest.approx(1.0, rel=1e-2)
     assert ssr_torch.sequence_balance_loss(logits, experts, tokens, 0.5).item() == pytest.approx(0.5, rel=1e-2)
+
+
+@pytest.mark.parametrize("value, dtype", [(-120.0, torch.float32), (-18.0, torch.float16), (-800.0, torch.float64)])
+def test_sigmoid_scores_and_their_losses_stay_finite_where_every_sigmoid_of_a_row_underflows(value, dtype):
+    # There sigmoid(x) = exp(x) to the type's precision, so the normalised scores are the softmax.
+    logits = torch.full((4, 8), value, dtype=dtype)
+    logits[:, 3] += 1
+    logits.requires_grad_()
+    scores = ssr_torch.normalised_scores(logits, "sigmoid")
+    torch.testing.assert_close(scores, torch.softmax(logits.double(), 1).to(dtype))
+    experts = torch.tensor([[3, 0]] * 4)
+    for loss in (ssr_torch.load_balancing_loss(logits, experts, "sigmoid"),
+                 ssr_torch.global_load_balancing_loss(logits, torch.bincount(experts.reshape(-1), minlength=8), 4, 2,
+                                                      "sigmoid"),
+                 ssr_torch.sequence_balance_loss(logits, experts, 2, 0.1, "sigmoid")):
+        (grad,) = torch.autograd.grad(loss, logits)
+        assert torch.isfinite(loss) and torch.isfinite(grad).all()
+
+
+def test_losses_of_no_tokens_and_bias_updates_of_no_finite_rate_raise():
+    empty, none = torch.zeros(0, 8), torch.zeros(0, 2, dtype=torch.long)
+    for loss in (lambda: ssr_torch.load_balancing_loss(empty, none), lambda: ssr_torch.z_loss(empty),
+                 lambda: ssr_torch.sequence_balance_loss(empty, none, 4, 0.1),
+                 lambda: ssr_torch.global_load_balancing_loss(empty, torch.zeros(8, dtype=torch.long), 0, 2)):
+        with pytest.raises(ValueError, match=r"m x n floating with m, n >= 1, got \(0, 8\)"):
+            loss()
+    logits, counts = make_logits(4, 8, 1), torch.ones(8, dtype=torch.long)
+    with pytest.raises(ValueError, match="tokens = 0 summed over the batch"):
+        ssr_torch.global_load_balancing_loss(logits, counts, 0, 2)
+    with pytest.raises(ValueError, match="tokens = -1"):
+        ssr_torch.global_load_balancing_loss(logits, counts, -1, 2)
+    for rate in (float("nan"), float("inf"), -1.0):
+        with pytest.raises(ValueError, match=f"rate = {rate}: must be finite and >= 0"):
+            ssr_torch.update_expert_bias(torch.zeros(8), counts, rate)
+
+
+def test_a_call_given_the_engine_s_bias_leaves_the_router_s_own():
+    router = ssr_torch.Router("softmax", k=2, score="sigmoid", n_experts=8, expert_bias=True, bias_update_rate=0.1)
+    router.train()
+    s = make_logits(64, 8, 3) - torch.linspace(0, 4, 8)
+    engine_bias = torch.zeros(8)
+    router(s, expert_bias=engine_bias)
+    assert torch.equal(router.expert_bias, torch.zeros(8)) and torch.equal(engine_bias, torch.zeros(8))
+    router(s)
+    assert not torch.equal(router.expert_bias, torch.zeros(8))  # its own bias, updated
 
 
 def test_the_expert_bias_stays_float32_when_the_module_changes_dtype():
