@@ -90,10 +90,14 @@ def load_balancing_loss(logits, experts, score="softmax"):
 
     logits: m x n floating; experts: m x k integer indices in [0, n) (a Router's or top-k's). Returns a
     0-d tensor of the logits' dtype and device, 1 for uniform scores and assignments, differentiable with
-    respect to the logits. Raises ValueError for an unknown score or logits not m x n with m, n >= 1."""
+    respect to the logits. Raises ValueError for an unknown score, logits not m x n with m, n >= 1 or an
+    expert beyond n - 1 (RuntimeError for a negative one, torch.bincount's)."""
     _check_logits(logits, "load_balancing_loss")
     m, n = logits.shape
-    f = torch.bincount(experts.reshape(-1).long(), minlength=n).to(_share_dtype(logits)) / experts.numel()
+    counts = torch.bincount(experts.reshape(-1).long(), minlength=n)
+    if counts.numel() != n:  # its length is known on the host, as bincount's output size needs it
+        raise ValueError(f"ssr_torch.load_balancing_loss: experts must lie in [0, {n}), got {counts.numel() - 1}")
+    f = counts.to(_share_dtype(logits)) / experts.numel()
     return n * (f.to(logits.dtype) * normalised_scores(logits, score).mean(0)).sum()
 
 

@@ -194,6 +194,8 @@ def test_losses_of_no_tokens_and_bias_updates_of_no_finite_rate_raise():
         ssr_torch.global_load_balancing_loss(logits, counts, 0, 2)
     with pytest.raises(ValueError, match="tokens = -1"):
         ssr_torch.global_load_balancing_loss(logits, counts, -1, 2)
+    with pytest.raises(ValueError, match=r"experts must lie in \[0, 8\), got 8"):
+        ssr_torch.load_balancing_loss(logits, torch.tensor([[0, 8]] * 4))
     for rate in (float("nan"), float("inf"), -1.0):
         with pytest.raises(ValueError, match=f"rate = {rate}: must be finite and >= 0"):
             ssr_torch.update_expert_bias(torch.zeros(8), counts, rate)
