@@ -29,6 +29,11 @@ def swap(module, mixin, router, **attributes):
             _classes[mixin, cls] = type("Ssr" + cls.__name__, (mixin, cls),
                                         {"__module__": mixin.__module__, "_original_class": cls})
         module.__class__ = _classes[mixin, cls]
+    attach(module, router, **attributes)
+
+
+def attach(module, router, **attributes):
+    """Puts the Router on a module whose class has the mixin, as `ssr`, with what the mixin reads."""
     module.ssr = router.train(module.training)
     module._ssr_steps = collections.deque()
     for name, value in attributes.items():

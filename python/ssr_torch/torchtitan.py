@@ -5,14 +5,18 @@ weights with an `ssr_torch.Router`. Its `forward(x, expert_bias=None)` still ret
 outputs: the weights (ssr's, times `route_scale`), the experts (int64) and the full score tensor of
 `score_func`, so the MoE module, its token counts and its expert-bias update work unchanged.
 
+`SsrRouters`, a torchtitan model converter, does the same in a model config before the model is built, so
+that a trainer config turns SSR on: `model_registry(..., converters=[SsrRouters.Config(p=1e-3)])`.
+
 Supported: torchtitan 0.3 (tested 0.3.0); importing this module with another version raises ImportError.
 """
 import warnings
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
 
-from ._engines import call_step, in_checkpoint_forward, require, restore, swap
+from ._engines import attach, call_step, in_checkpoint_forward, require, restore, swap
 from .hf import _layer_index
 from .router import Router
 
@@ -21,6 +25,7 @@ require("torchtitan", "0.3", TESTED, __name__)
 
 from torch.distributed.tensor import DTensor  # noqa: E402
 from torchtitan.models.common.moe import TokenChoiceTopKRouter  # noqa: E402
+from torchtitan.protocols.model import ModelConfigConverter  # noqa: E402
 from torchtitan.protocols.module import Module  # noqa: E402
 
 
@@ -53,6 +58,20 @@ class SsrTokenChoiceTopKRouter:
         return (weights * self.route_scale).view(batch, length, -1), experts.view(batch, length, -1), scores
 
 
+def _make_router(source, router, layer, group=None, **router_options):
+    # source: a TokenChoiceTopKRouter or its Config, which name k, the score and the groups alike.
+    n_groups = source.num_expert_groups or 1
+    return TorchtitanRouter(router, k=source.top_k, score=source.score_func, n_groups=n_groups,
+                            topk_groups=source.num_limited_groups or n_groups, layer=layer, group=group,
+                            **{"persistent": False, **router_options})
+
+
+def _warn_route_norm(sources):
+    if any(not source.route_norm for source in sources):
+        warnings.warn("ssr_torch.torchtitan: ssr's weights sum to 1 over the chosen experts (route_norm=True); "
+                      "routers with route_norm=False weighted them by their raw scores", stacklevel=3)
+
+
 def replace_routers(model, router="ssr", group=None, recomputed=False, **router_options):
     """Routes every torchtitan `TokenChoiceTopKRouter` in `model` (a router itself, or a model holding them)
     with an `ssr_torch.Router`; returns the Routers in model order.
@@ -75,16 +94,9 @@ def replace_routers(model, router="ssr", group=None, recomputed=False, **router_
     found = [(name, module) for name, module in model.named_modules() if isinstance(module, TokenChoiceTopKRouter)]
     if not found:
         raise TypeError(f"replace_routers: {type(model).__name__} holds no torchtitan TokenChoiceTopKRouter")
-    routers = []
-    for position, (name, module) in enumerate(found):
-        n_groups = module.num_expert_groups or 1
-        routers.append(TorchtitanRouter(router, k=module.top_k, score=module.score_func, n_groups=n_groups,
-                                        topk_groups=module.num_limited_groups or n_groups,
-                                        layer=_layer_index(name, position), group=group,
-                                        **{"persistent": False, **router_options}))
-    if any(not module.route_norm for _, module in found):
-        warnings.warn("ssr_torch.torchtitan: ssr's weights sum to 1 over the chosen experts (route_norm=True); "
-                      "routers with route_norm=False weighted them by their raw scores", stacklevel=2)
+    routers = [_make_router(module, router, _layer_index(name, position), group, **router_options)
+               for position, (name, module) in enumerate(found)]
+    _warn_route_norm(module for _, module in found)
     for (_, module), r in zip(found, routers):
         swap(module, SsrTokenChoiceTopKRouter, r, recomputed=bool(recomputed))
     return routers
@@ -93,3 +105,73 @@ def replace_routers(model, router="ssr", group=None, recomputed=False, **router_
 def restore_routers(model):
     """Undoes replace_routers: the routers choose by torchtitan's own rule again. Returns how many."""
     return restore(model, SsrTokenChoiceTopKRouter)
+
+
+class SsrRouters(ModelConfigConverter):
+    """A torchtitan model converter: every `TokenChoiceTopKRouter` config of a model config becomes one that
+    builds the router with SSR, as `replace_routers` makes it (`layer` from the config's place in the model,
+    `layers.3.moe.router` -> 3). Give it where a trainer config names its model:
+    `model_registry("debugmodel_moe", converters=[SsrRouters.Config(p=1e-3)])`.
+
+    Its Config holds `replace_routers`' options but the process group, a runtime object: each rank balances
+    its own tokens (for global balance call `replace_routers(model, group=...)` on the built model). Raises,
+    when converting, TypeError for a config without a TokenChoiceTopKRouter and the Router's ValueError for a
+    bad option or combination."""
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(ModelConfigConverter.Config):
+        router: str = "ssr"
+        p: float = 1e-3
+        cost: str = "linear"
+        xi: float = 0.5
+        tol: float = 1e-4
+        max_iters: int = 100
+        weights: str = "plan"
+        noise_alpha: float = 0.0
+        noise_sigma: float = 1.0
+        seed: int = 0
+        recomputed: bool = False
+        """True when activation checkpointing wraps the MoE layers (replace_routers' `recomputed`)."""
+
+        def router_options(self):
+            return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("router", "recomputed")}
+
+    def __init__(self, config: Config, **kwargs):
+        self.config = config
+
+    def convert(self, model_config):
+        found = list(model_config.traverse(TokenChoiceTopKRouter.Config))
+        if not found:
+            raise TypeError(f"SsrRouters: {type(model_config).__name__} holds no TokenChoiceTopKRouter config")
+        converted = model_config
+        for position, (fqn, router_config, parent, attr) in enumerate(found):
+            torchtitans = {f.name: getattr(router_config, f.name) for f in fields(TokenChoiceTopKRouter.Config)}
+            new = SsrConfiguredRouter.Config(**torchtitans, ssr=self.config, layer=_layer_index(fqn, position))
+            SsrConfiguredRouter.router(new)  # a bad option raises now, before anything is built
+            if parent is None:
+                converted = new
+            elif isinstance(parent, list):
+                parent[attr] = new
+            else:
+                setattr(parent, attr, new)
+        _warn_route_norm(router_config for _, router_config, _, _ in found)
+        return converted
+
+
+class SsrConfiguredRouter(SsrTokenChoiceTopKRouter, TokenChoiceTopKRouter):
+    """A TokenChoiceTopKRouter built with SSR from a config SsrRouters converted (restore_routers undoes it)."""
+
+    _original_class = TokenChoiceTopKRouter
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(TokenChoiceTopKRouter.Config):
+        ssr: SsrRouters.Config
+        layer: int = 0
+
+    @staticmethod
+    def router(config):
+        return _make_router(config, config.ssr.router, config.layer, **config.ssr.router_options())
+
+    def __init__(self, config: Config):
+        super().__init__(config)
+        attach(self, self.router(config), recomputed=bool(config.ssr.recomputed))

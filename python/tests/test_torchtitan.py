@@ -229,3 +229,44 @@ def test_a_model_with_replaced_routers_keeps_torchtitans_module_protocol():
     model.init_states()
     assert routers and all(isinstance(r, ssr_torch.Router) for r in routers)
     assert list(model.state_dict()) == keys
+
+
+def test_a_model_config_converted_by_ssrrouters_builds_the_routers_replace_routers_makes():
+    # What a trainer config gives torchtitan: the model built with SSR routers, each of its layer, routing as
+    # replace_routers' on the same weights, step by step, on both paths; the module protocol and the state_dict
+    # keys are torchtitan's, and restore_routers undoes it.
+    from torchtitan.models.qwen3 import model_registry
+
+    spec = model_registry("debugmodel_moe", converters=[ssr_torchtitan.SsrRouters.Config(p=0.5, seed=3)])
+    assert spec.model.to_dict()  # the Trainer logs its config (its config registries need tensorboard, absent here)
+    with torch.device("meta"):
+        converted, plain = spec.model.build(), model_registry("debugmodel_moe").model.build()
+    converted.verify_module_protocol()
+    converted.to_empty(device="cpu")
+    converted.init_states()
+    plain.to_empty(device="cpu")
+    ssr_torchtitan.replace_routers(plain, "ssr", p=0.5, seed=3)
+    plain.load_state_dict(converted.state_dict())
+    pairs = list(zip(*([m for m in model.modules() if isinstance(m, TokenChoiceTopKRouter)]
+                       for model in (converted, plain))))
+    assert [a.ssr.layer for a, _ in pairs] == list(range(8))
+    paths = set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torchtitan's float32 autocast on the CPU
+        for step in range(4):
+            x = torch.randn(2, 16, 256, generator=torch.Generator().manual_seed(step))
+            for a, b in pairs:
+                assert all(torch.equal(u, v) for u, v in zip(a(x), b(x)))
+                paths.add(a.ssr.info[0].item())
+    assert paths == {0.0, 1.0}
+    assert ssr_torchtitan.restore_routers(converted) == 8
+    assert type(pairs[0][0]) is TokenChoiceTopKRouter and list(converted.state_dict()) == list(plain.state_dict())
+
+
+def test_ssrrouters_names_a_bad_option_or_a_config_without_routers_when_converting():
+    from torchtitan.models.qwen3 import model_registry
+
+    with pytest.raises(ValueError, match="xi = 0"):
+        model_registry("debugmodel_moe", converters=[ssr_torchtitan.SsrRouters.Config(xi=0.0)])
+    with pytest.raises(TypeError, match="holds no TokenChoiceTopKRouter config"):
+        model_registry("debugmodel", converters=[ssr_torchtitan.SsrRouters.Config()])
