@@ -126,6 +126,7 @@ class Router(torch.nn.Module):
         # The step counter as a CPU tensor that the operator reads when it runs: torch.compile traces it as
         # an input (an int attribute would be a constant, recompiled for at every step).
         self._step = torch.zeros((), dtype=torch.int64, device="cpu")
+        self._counted_step = None  # the step tensor of the last call the counter gave its step
         self.load = None
         self.info = None
         self.replay = None  # an ssr_torch.RouterReplay that records or replays this Router's calls
@@ -147,8 +148,10 @@ class Router(torch.nn.Module):
         in_backward = _in_backward()
         recompute = self.training and in_backward
         call_step = self._step if step is None else step
-        if recompute and step is None and self.step > 0:
-            call_step = step = self.step - 1
+        if recompute and step is None and self._counted_step is not None:
+            # The step tensor that forward read, read again inside the operator: reading its value here would be
+            # an operation the forward did not make, which selective activation checkpointing rejects.
+            call_step = step = self._counted_step
         bias = self.expert_bias if expert_bias is None else expert_bias
         if self.bias_update_rate > 0 and self.training and expert_bias is None:
             if recompute:
@@ -189,6 +192,7 @@ class Router(torch.nn.Module):
         # again in backward (activation checkpointing) reads the step tensor it saved, which must still hold
         # this call's step.
         if self.training and step is None:
+            self._counted_step = self._step
             self._step = self._step + 1
 
     @property
@@ -205,6 +209,7 @@ class Router(torch.nn.Module):
         if "_step" not in state:
             state["_step"] = torch.tensor(int(state.pop("step", 0)), dtype=torch.int64, device="cpu")
         state.setdefault("replay", None)
+        state.setdefault("_counted_step", None)
         buffers = state.get("_buffers", {})
         if buffers.get("expert_bias") is not None and "_routed_bias" not in buffers:
             buffers["_routed_bias"] = buffers["expert_bias"].clone()

@@ -58,12 +58,21 @@ class SsrTokenChoiceTopKRouter:
         return (weights * self.route_scale).view(batch, length, -1), experts.view(batch, length, -1), scores
 
 
-def _make_router(source, router, layer, group=None, **router_options):
-    # source: a TokenChoiceTopKRouter or its Config, which name k, the score and the groups alike.
+def _make_router(source, router, layer, biased, group=None, **router_options):
+    # source: a TokenChoiceTopKRouter or its Config, which name k, the score and the groups alike. biased: its
+    # MoE passes an expert bias with each call (load_balance_coeff), which the options are checked against.
     n_groups = source.num_expert_groups or 1
-    return TorchtitanRouter(router, k=source.top_k, score=source.score_func, n_groups=n_groups,
-                            topk_groups=source.num_limited_groups or n_groups, layer=layer, group=group,
-                            **{"persistent": False, **router_options})
+    made = {"router": router, "k": source.top_k, "score": source.score_func, "n_groups": n_groups,
+            "topk_groups": source.num_limited_groups or n_groups, "layer": layer, "persistent": False,
+            **router_options}
+    if biased:  # e.g. cost noise, which the library refuses beside a bias on the softmax path
+        TorchtitanRouter(**made, expert_bias=True, n_experts=source.num_experts)
+    return TorchtitanRouter(**made, group=group)
+
+
+def _biased(moe):
+    # Whether a torchtitan MoE (module or config) gives its router an expert bias.
+    return getattr(moe, "load_balance_coeff", None) is not None
 
 
 def _warn_route_norm(sources):
@@ -87,14 +96,17 @@ def replace_routers(model, router="ssr", group=None, recomputed=False, **router_
     ssr's weights sum to 1 over the chosen experts, as torchtitan's with `route_norm=True`; a router with
     `route_norm=False` weights its experts by their raw scores, so its outputs change (a warning says so).
     Raises, before changing anything, TypeError when `model` holds no TokenChoiceTopKRouter, and the
-    Router's ValueError for a bad option or combination (e.g. group-limited routing on the Sinkhorn path).
+    Router's ValueError for a bad option or combination (e.g. group-limited routing on the Sinkhorn path, or
+    cost noise beside the expert bias of a MoE with `load_balance_coeff`).
     """
     if "layer" in router_options or "k" in router_options:
         raise TypeError("replace_routers: k and layer come from each router; do not pass them")
     found = [(name, module) for name, module in model.named_modules() if isinstance(module, TokenChoiceTopKRouter)]
     if not found:
         raise TypeError(f"replace_routers: {type(model).__name__} holds no torchtitan TokenChoiceTopKRouter")
-    routers = [_make_router(module, router, _layer_index(name, position), group, **router_options)
+    routers = [_make_router(module, router, _layer_index(name, position),
+                            "." in name and _biased(model.get_submodule(name.rpartition(".")[0])), group,
+                            **router_options)
                for position, (name, module) in enumerate(found)]
     _warn_route_norm(module for _, module in found)
     for (_, module), r in zip(found, routers):
@@ -114,9 +126,10 @@ class SsrRouters(ModelConfigConverter):
     `model_registry("debugmodel_moe", converters=[SsrRouters.Config(p=1e-3)])`.
 
     Its Config holds `replace_routers`' options but the process group, a runtime object: each rank balances
-    its own tokens (for global balance call `replace_routers(model, group=...)` on the built model). Raises,
-    when converting, TypeError for a config without a TokenChoiceTopKRouter and the Router's ValueError for a
-    bad option or combination."""
+    its own tokens. The Routers are not saved with the model: a resumed run starts them at step 0 unless the
+    trainer sets `router.ssr.step`. Raises, when converting, TypeError for a config without a
+    TokenChoiceTopKRouter, ValueError for layers sharing one config object, and the Router's ValueError for a
+    bad option or combination (cost noise beside the expert bias of a MoE with `load_balance_coeff` too)."""
 
     @dataclass(kw_only=True, slots=True)
     class Config(ModelConfigConverter.Config):
@@ -143,11 +156,18 @@ class SsrRouters(ModelConfigConverter):
         found = list(model_config.traverse(TokenChoiceTopKRouter.Config))
         if not found:
             raise TypeError(f"SsrRouters: {type(model_config).__name__} holds no TokenChoiceTopKRouter config")
-        converted = model_config
-        for position, (fqn, router_config, parent, attr) in enumerate(found):
+        places = [(id(parent), attr) for _, _, parent, attr in found]
+        if len(set(places)) < len(places):
+            raise ValueError("SsrRouters: layers share one config object; each router config needs its own place "
+                             "(its layer index)")
+        converted, made = model_config, []
+        for position, (fqn, router_config, parent, _) in enumerate(found):
             torchtitans = {f.name: getattr(router_config, f.name) for f in fields(TokenChoiceTopKRouter.Config)}
-            new = SsrConfiguredRouter.Config(**torchtitans, ssr=self.config, layer=_layer_index(fqn, position))
-            SsrConfiguredRouter.router(new)  # a bad option raises now, before anything is built
+            new = SsrConfiguredRouter.Config(**torchtitans, ssr=self.config, layer=_layer_index(fqn, position),
+                                             biased=_biased(parent))
+            SsrConfiguredRouter.router(new)  # a bad option raises now, before any config changes
+            made.append(new)
+        for (_, _, parent, attr), new in zip(found, made):
             if parent is None:
                 converted = new
             elif isinstance(parent, list):
@@ -167,10 +187,12 @@ class SsrConfiguredRouter(SsrTokenChoiceTopKRouter, TokenChoiceTopKRouter):
     class Config(TokenChoiceTopKRouter.Config):
         ssr: SsrRouters.Config
         layer: int = 0
+        biased: bool = False
+        """Whether its MoE passes an expert bias with each call (load_balance_coeff)."""
 
     @staticmethod
     def router(config):
-        return _make_router(config, config.ssr.router, config.layer, **config.ssr.router_options())
+        return _make_router(config, config.ssr.router, config.layer, config.biased, **config.ssr.router_options())
 
     def __init__(self, config: Config):
         super().__init__(config)

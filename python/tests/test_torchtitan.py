@@ -65,17 +65,21 @@ def test_in_training_a_replaced_router_routes_as_ssr():
     assert router.step == 3
 
 
-def tiny_moe():
-    torch.manual_seed(0)
+def tiny_moe_config(load_balance_coeff=1e-3):
     experts_init = {name: (lambda w: nn.init.normal_(w, std=0.1)) for name in ("w1_EFD", "w2_EDF", "w3_EFD")}
-    moe = make_moe_config(
+    return make_moe_config(
         num_experts=EXPERTS,
         router=make_router_config(dim=DIM, num_experts=EXPERTS, gate_param_init=INIT, top_k=2, score_func="softmax",
                                   route_norm=True),
         routed_experts=RoutedExperts.Config(
             inner_experts=GroupedExperts.Config(dim=DIM, hidden_dim=32, num_experts=EXPERTS, param_init=experts_init),
             token_dispatcher=LocalTokenDispatcher.Config(num_experts=EXPERTS, top_k=2)),
-        load_balance_coeff=1e-3).build()
+        load_balance_coeff=load_balance_coeff)
+
+
+def tiny_moe(config=None):
+    torch.manual_seed(0)
+    moe = (config or tiny_moe_config()).build()
     moe.init_states()
     return moe
 
@@ -270,3 +274,46 @@ def test_ssrrouters_names_a_bad_option_or_a_config_without_routers_when_converti
         model_registry("debugmodel_moe", converters=[ssr_torchtitan.SsrRouters.Config(xi=0.0)])
     with pytest.raises(TypeError, match="holds no TokenChoiceTopKRouter config"):
         model_registry("debugmodel", converters=[ssr_torchtitan.SsrRouters.Config()])
+    # Cost noise beside the expert bias a MoE with load_balance_coeff passes: every training call would fail.
+    noisy = ssr_torchtitan.SsrRouters.Config(noise_alpha=0.5).build()
+    config = tiny_moe_config()
+    with pytest.raises(ValueError, match="an expert bias that of the scores"):
+        noisy.convert(config)
+    assert isinstance(config.router, TokenChoiceTopKRouter.Config) and not isinstance(
+        config.router, ssr_torchtitan.SsrConfiguredRouter.Config)  # nothing changed
+    with pytest.raises(ValueError, match="an expert bias that of the scores"):
+        ssr_torchtitan.replace_routers(nn.ModuleDict({"moe": tiny_moe()}), "ssr", noise_alpha=0.5)
+    moe = tiny_moe(noisy.convert(tiny_moe_config(load_balance_coeff=None)))  # no bias: noise is fine
+    moe.train()
+    assert torch.isfinite(moe(inputs(0))).all()
+    shared = model_registry("debugmodel_moe").model
+    shared.layers[1] = shared.layers[0]
+    with pytest.raises(ValueError, match="layers share one config object"):
+        ssr_torchtitan.SsrRouters.Config().build().convert(shared)
+
+
+@pytest.mark.parametrize("recomputed", [False, True])
+def test_torchtitans_selective_checkpointing_recomputes_each_router_with_its_forwards_step(recomputed):
+    # torchtitan's SelectiveAC (its MoE trainer configs' default) lets the recompute make only the forward's
+    # operations; the gradients equal those of the same MoE without checkpointing, step by step, on both paths.
+    from torchtitan.distributed.activation_checkpoint import SelectiveAC
+
+    options = ssr_torchtitan.SsrRouters.Config(p=0.5, seed=1, recomputed=recomputed)
+    config = options.build().convert(tiny_moe_config())
+    plain, wrapped = tiny_moe(config), nn.Module()
+    wrapped.layers = nn.ModuleDict({"0": tiny_moe(config)})
+    assert wrapped.layers["0"].router._ssr_recomputed is recomputed
+    SelectiveAC.Config().build().apply(wrapped)
+    paths = set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torchtitan's float32 autocast on the CPU
+        for step in range(6):
+            x = inputs(step)
+            wrapped.zero_grad()
+            plain.zero_grad()
+            wrapped.layers["0"](x).square().sum().backward()
+            plain(x).square().sum().backward()
+            for a, b in zip(wrapped.parameters(), plain.parameters()):
+                torch.testing.assert_close(a.grad, b.grad)
+            paths.add(plain.router.ssr.info[0].item())
+    assert paths == {0.0, 1.0}
